@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job, on a fresh Debian 12 machine: installs what it needs, builds cloister, makes the
+# default image, creates a workspace and runs in it. It grows as the issues land.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh run
+BUILD="${CLOISTER_BUILD_DIR:-build}"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
+CLOISTER="$PWD/$BUILD/src/cli/cloister"
+"$CLOISTER" version

@@ -1,0 +1,163 @@
+#include "base/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/strings.h"
+
+extern char** environ;
+
+namespace cloister {
+namespace {
+
+void CloseFd(int& fd) {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+bool ProgramExists(const std::string& program) {
+  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+  for (const std::string& dir : Split(p, ':')) {
+    std::string full = (dir.empty() ? "." : dir) + "/" + program;
+    struct stat st;
+    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(full.c_str(), X_OK) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOptions& options) {
+  if (argv.empty()) return Error(ErrorCode::kInvalidArgument, "Run: empty argv");
+  if (!ProgramExists(argv[0])) {
+    return Error(ErrorCode::kNotFound, "program not found: " + argv[0],
+                 "run scripts/install-deps.sh to install cloister's dependencies");
+  }
+  int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (pipe2(in_pipe, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  if (options.capture_stdout && pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  if (options.capture_stderr && pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+
+  // Build argv/envp before fork: only async-signal-safe calls after it.
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    bool drop = options.env_set.count(key) > 0;
+    for (const auto& u : options.env_unset) drop = drop || u == key;
+    if (!drop) env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : options.env_set) env_strings.push_back(k + "=" + v);
+  std::vector<char*> cenv;
+  for (auto& s : env_strings) cenv.push_back(s.data());
+  cenv.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid == 0) {
+    dup2(in_pipe[0], 0);
+    if (out_pipe[1] >= 0) dup2(out_pipe[1], 1);
+    if (err_pipe[1] >= 0) dup2(err_pipe[1], 2);
+    if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) _exit(127);
+    signal(SIGPIPE, SIG_DFL);
+    environ = cenv.data();
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  CloseFd(in_pipe[0]);
+  CloseFd(out_pipe[1]);
+  CloseFd(err_pipe[1]);
+
+  RunOutput result;
+  size_t in_off = 0;
+  if (options.stdin_data.empty()) CloseFd(in_pipe[1]);
+  else fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  auto deadline = options.timeout ? std::chrono::steady_clock::now() + *options.timeout
+                                  : std::chrono::steady_clock::time_point::max();
+  while (in_pipe[1] >= 0 || out_pipe[0] >= 0 || err_pipe[0] >= 0) {
+    pollfd fds[3];
+    int n = 0;
+    int idx_in = -1, idx_out = -1, idx_err = -1;
+    if (in_pipe[1] >= 0) { idx_in = n; fds[n++] = {in_pipe[1], POLLOUT, 0}; }
+    if (out_pipe[0] >= 0) { idx_out = n; fds[n++] = {out_pipe[0], POLLIN, 0}; }
+    if (err_pipe[0] >= 0) { idx_err = n; fds[n++] = {err_pipe[0], POLLIN, 0}; }
+    int wait_ms = -1;
+    if (options.timeout) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        kill(pid, SIGKILL);
+        result.timed_out = true;
+        break;
+      }
+      wait_ms = static_cast<int>(left.count());
+    }
+    int r = poll(fds, n, wait_ms);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      kill(pid, SIGKILL);
+      break;
+    }
+    char buf[65536];
+    if (idx_in >= 0 && fds[idx_in].revents) {
+      ssize_t w = write(in_pipe[1], options.stdin_data.data() + in_off,
+                        options.stdin_data.size() - in_off);
+      if (w > 0) in_off += static_cast<size_t>(w);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) CloseFd(in_pipe[1]);
+      if (in_off >= options.stdin_data.size()) CloseFd(in_pipe[1]);
+    }
+    auto drain = [&](int idx, int& fd, std::string& sink) {
+      if (idx < 0 || !fds[idx].revents) return;
+      ssize_t got = read(fd, buf, sizeof(buf));
+      if (got > 0) sink.append(buf, static_cast<size_t>(got));
+      else if (got == 0 || (errno != EINTR && errno != EAGAIN)) CloseFd(fd);
+    };
+    drain(idx_out, out_pipe[0], result.out);
+    drain(idx_err, err_pipe[0], result.err);
+  }
+  CloseFd(in_pipe[1]);
+  CloseFd(out_pipe[0]);
+  CloseFd(err_pipe[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoError("waitpid", errno);
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
+  return result;
+}
+
+Result<RunOutput> RunProcessChecked(const std::vector<std::string>& argv, const RunOptions& options) {
+  ASSIGN_OR_RETURN(RunOutput out, RunProcess(argv, options));
+  if (out.timed_out) {
+    return Error(ErrorCode::kUnavailable, argv[0] + " timed out");
+  }
+  if (!out.success()) {
+    std::string last = Trim(out.err);
+    size_t nl = last.rfind('\n');
+    if (nl != std::string::npos) last = last.substr(nl + 1);
+    std::string how = out.term_signal ? "killed by signal " + std::to_string(out.term_signal)
+                                      : "exited with " + std::to_string(out.exit_code);
+    ErrorCode code = last.find("No space left") != std::string::npos ? ErrorCode::kNoSpace
+                                                                       : ErrorCode::kIo;
+    return Error(code, argv[0] + " " + how + (last.empty() ? "" : ": " + last));
+  }
+  return out;
+}
+
+}  // namespace cloister

@@ -1,0 +1,55 @@
+#include "base/subprocess.h"
+
+#include "base/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace cloister {
+namespace {
+
+TEST(SubprocessTest, CapturesOutputAndExitCode) {
+  auto r = RunProcess({"sh", "-c", "echo out; echo err >&2; exit 3"});
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->out, "out\n");
+  EXPECT_EQ(r->err, "err\n");
+}
+
+TEST(SubprocessTest, FeedsStdinAndEnvironment) {
+  RunOptions opts;
+  opts.stdin_data = std::string(200000, 'x');  // larger than a pipe buffer
+  opts.env_set["CLOISTER_T"] = "v1";
+  auto r = RunProcess({"sh", "-c", "wc -c; echo $CLOISTER_T"}, opts);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Trim(r->out), "200000\nv1");
+}
+
+TEST(SubprocessTest, ArgumentsAreNotInterpretedByAShell) {
+  auto r = RunProcess({"echo", "$(id); rm -rf /"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out, "$(id); rm -rf /\n");
+}
+
+TEST(SubprocessTest, MissingProgramIsNotFound) {
+  auto r = RunProcess({"cloister-no-such-program"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kNotFound);
+}
+
+TEST(SubprocessTest, RunCheckedNamesFailure) {
+  auto r = RunProcessChecked({"sh", "-c", "echo boom >&2; exit 1"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("boom"), std::string::npos);
+}
+
+TEST(SubprocessTest, TimeoutKills) {
+  RunOptions opts;
+  opts.timeout = std::chrono::milliseconds(200);
+  auto r = RunProcess({"sleep", "10"}, opts);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->timed_out);
+  EXPECT_FALSE(r->success());
+}
+
+}  // namespace
+}  // namespace cloister

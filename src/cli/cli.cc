@@ -1,0 +1,67 @@
+#include "cli/cli.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "base/strings.h"
+#include "cli/commands.h"
+
+namespace cloister::cli {
+
+std::string Cli::StoreRoot() const {
+  if (!store_flag_.empty()) return store_flag_;
+  if (const char* h = std::getenv("CLOISTER_HOME"); h && *h) return h;
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/cloister";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/root") + "/.local/share/cloister";
+}
+
+int Cli::Fail(const Error& error) {
+  err_ << "cloister: error: " << error.message() << "\n";
+  if (!error.hint().empty()) err_ << "Hint: " << error.hint() << "\n";
+  exit_code = error.code() == ErrorCode::kInvalidArgument ? kExitUsage : kExitError;
+  return exit_code;
+}
+
+Status Cli::Confirm(const std::string& prompt, bool assume_yes) {
+  if (assume_yes) return OkStatus();
+  bool tty = stdin_is_tty ? stdin_is_tty() : isatty(STDIN_FILENO) == 1;
+  if (!tty) {
+    return Error(ErrorCode::kCancelled, "confirmation needed but stdin is not a terminal",
+                 "pass -f/--yes to confirm from a script");
+  }
+  err_ << prompt << " [y/N] " << std::flush;
+  std::string answer;
+  if (!std::getline(in_, answer)) answer.clear();
+  answer = ToLower(Trim(answer));
+  if (answer == "y" || answer == "yes") return OkStatus();
+  return Error(ErrorCode::kCancelled, "cancelled; nothing was changed");
+}
+
+void Cli::PrintJson(const nlohmann::json& doc) { out_ << doc.dump(2) << "\n"; }
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+           std::istream& in) {
+  Cli cli(out, err, in);
+  CLI::App app{"cloister: one persistent, disposable VM per AI coding agent", "cloister"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cloister 0.1.0");
+  app.add_option("--store", cli.store_flag(),
+                 "Store root (default: $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else "
+                 "~/.local/share/cloister)");
+  AddAllCommands(app, cli);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports --help and --version as ParseErrors with exit code 0.
+    std::ostringstream o, er;
+    int code = app.exit(e, o, er);
+    out << o.str();
+    err << er.str();
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  return cli.exit_code;
+}
+
+}  // namespace cloister::cli

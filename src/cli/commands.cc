@@ -1,0 +1,11 @@
+#include "cli/commands.h"
+
+#include "cli/cli.h"
+
+namespace cloister::cli {
+
+void AddAllCommands(CLI::App& app, Cli& cli) {
+  AddVersionCommand(app, cli);
+}
+
+}  // namespace cloister::cli
