@@ -1,0 +1,133 @@
+#include "vm/meta_disk.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+
+namespace cloister::vm {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+nlohmann::json MetaConfigJson(const MetaConfig& config) {
+  json shares = json::array();
+  for (const MetaShare& s : config.shares) {
+    shares.push_back({{"tag", s.tag}, {"path", s.guest_path}, {"readonly", s.readonly}});
+  }
+  json env = json::object();
+  for (const auto& [k, v] : config.env) env[k] = v;
+  return {{"version", 1},          {"workspace", config.workspace},
+          {"hostname", config.workspace}, {"boot_id", config.boot_id},
+          {"user", "dev"},         {"uid", 1000},
+          {"gid", 1000},           {"home", "/home/dev"},
+          {"home_device", "/dev/vdb"}, {"channel_port", "org.cloister.channel.0"},
+          {"shares", shares},      {"env", env}};
+}
+
+namespace {
+
+Status WriteFile(const std::string& path, const std::string& data, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("create " + path, errno);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = write(fd, data.data() + off, data.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      close(fd);
+      return ErrnoError("write " + path, err);
+    }
+    off += static_cast<size_t>(w);
+  }
+  fchmod(fd, mode);
+  if (close(fd) != 0) return ErrnoError("close " + path, errno);
+  return OkStatus();
+}
+
+}  // namespace
+
+Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
+                     const MetaConfig& config, const MetaFiles& extra) {
+  std::string stage = image_path + ".d";
+  std::error_code ec;
+  fs::remove_all(stage, ec);
+  fs::remove(image_path, ec);
+  if (!fs::create_directories(stage, ec) && ec) {
+    return Error(ErrorCode::kIo, "create " + stage + ": " + ec.message());
+  }
+  auto cleanup = [&] { std::error_code e; fs::remove_all(stage, e); };
+  uint64_t total = 0;
+  fs::copy_file(agent_binary, stage + "/" + kMetaAgentName, ec);
+  if (ec) {
+    cleanup();
+    return Error(ErrorCode::kNotFound, "copy guest agent " + agent_binary + ": " + ec.message(),
+                 "build the cloister-agent target or set CLOISTER_AGENT_BIN");
+  }
+  chmod((stage + "/" + kMetaAgentName).c_str(), 0755);
+  total += fs::file_size(agent_binary, ec);
+  std::string cfg = MetaConfigJson(config).dump(2) + "\n";
+  Status st = WriteFile(stage + "/" + kMetaConfigName, cfg, 0644);
+  total += cfg.size();
+  for (const auto& [name, data] : extra) {
+    if (!st.ok()) break;
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      st = Error(ErrorCode::kInvalidArgument, "metadata file name '" + name + "'");
+      break;
+    }
+    st = WriteFile(stage + "/" + name, data, 0644);
+    total += data.size();
+  }
+  if (!st.ok()) {
+    cleanup();
+    return st;
+  }
+  // Room for ext4 metadata: double the payload plus 4 MiB, rounded to MiB, at least 8 MiB.
+  uint64_t size_mib = std::max<uint64_t>(8, (total * 2) / (1 << 20) + 4);
+  auto out = RunProcessChecked({"mkfs.ext4", "-q", "-F", "-L", kMetaLabel, "-O", "^has_journal",
+                                "-E", "root_owner=0:0", "-d", stage, image_path,
+                                std::to_string(size_mib) + "M"});
+  cleanup();
+  if (!out.ok()) return out.error().WithContext("build metadata disk");
+  return OkStatus();
+}
+
+Result<std::string> FindAgentBinary() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("CLOISTER_AGENT_BIN"); env && *env) {
+    if (access(env, R_OK) == 0) return std::string(env);
+    return Error(ErrorCode::kNotFound, "CLOISTER_AGENT_BIN=" + std::string(env) + " is not readable");
+  }
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path dir = self.parent_path();
+    candidates.push_back((dir / "cloister-agent").string());
+    candidates.push_back((dir / ".." / "guest" / "cloister-agent").string());
+    candidates.push_back((dir / ".." / "src" / "guest" / "cloister-agent").string());
+  }
+  candidates.push_back("/usr/lib/cloister/cloister-agent");
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), R_OK) == 0) return fs::weakly_canonical(c, ec).string();
+  }
+  return Error(ErrorCode::kNotFound, "guest agent binary cloister-agent not found",
+               "build it (cmake --build build --target cloister-agent) or set CLOISTER_AGENT_BIN");
+}
+
+std::string NewBootId() {
+  std::random_device rd;
+  std::string raw(16, '\0');
+  for (char& c : raw) c = static_cast<char>(rd() & 0xff);
+  return HexEncode(raw);
+}
+
+}  // namespace cloister::vm

@@ -1,0 +1,56 @@
+// The per-boot metadata disk (vdc): a small read-only ext4 image labelled CLOISTER-META, made on
+// the host at every boot with `mkfs.ext4 -d`. Its root holds the static guest agent
+// (`cloister-agent`, 0755) and `config.json` (schema v1, agreed in notes/agent-vm.md and
+// docs/design.md), and later the CA certificate and placeholder files.
+//
+// The base image's boot hook mounts it and execs the agent, so the base image stays identical on
+// every install while per-workspace facts change per boot.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+
+namespace cloister::vm {
+
+inline constexpr char kMetaLabel[] = "CLOISTER-META";
+inline constexpr char kMetaAgentName[] = "cloister-agent";
+inline constexpr char kMetaConfigName[] = "config.json";
+
+struct MetaShare {
+  std::string tag;         // 9p mount tag
+  std::string guest_path;  // where the agent mounts it
+  bool readonly = false;
+};
+
+struct MetaConfig {
+  std::string workspace;
+  std::string boot_id;  // 32 hex chars, new every boot
+  std::vector<MetaShare> shares;
+  std::map<std::string, std::string> env;
+};
+
+// The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,
+// home_device /dev/vdb, channel_port org.cloister.channel.0).
+nlohmann::json MetaConfigJson(const MetaConfig& config);
+
+// Extra files to place at the metadata disk's root: name -> contents (names without '/').
+using MetaFiles = std::map<std::string, std::string>;
+
+// Builds `image_path` (replacing it) from the agent binary, config and extra files, staging them in
+// `image_path + ".d"` (removed afterwards).
+Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
+                     const MetaConfig& config, const MetaFiles& extra = {});
+
+// Finds the agent binary: $CLOISTER_AGENT_BIN, else next to the running executable
+// (<dir>/cloister-agent, <dir>/../guest/cloister-agent), else /usr/lib/cloister/cloister-agent.
+Result<std::string> FindAgentBinary();
+
+// A fresh random boot id (32 lower-case hex chars).
+std::string NewBootId();
+
+}  // namespace cloister::vm

@@ -1,0 +1,158 @@
+#include "vm/qemu_args.h"
+
+#include <cctype>
+
+namespace cloister::vm {
+
+std::string QemuOptEscape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    out += c;
+    if (c == ',') out += ',';
+  }
+  return out;
+}
+
+namespace {
+
+bool ValidMac(const std::string& mac) {
+  if (mac.size() != 17) return false;
+  for (size_t i = 0; i < mac.size(); ++i) {
+    if (i % 3 == 2) {
+      if (mac[i] != ':') return false;
+    } else if (!std::isxdigit(static_cast<unsigned char>(mac[i]))) {
+      return false;
+    }
+  }
+  // Unicast (low bit of the first octet clear).
+  int first = std::stoi(mac.substr(0, 2), nullptr, 16);
+  return (first & 1) == 0;
+}
+
+bool ValidTag(const std::string& tag) {
+  if (tag.empty() || tag.size() > 31) return false;
+  for (char c : tag) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+Status CheckPath(const std::string& what, const std::string& path) {
+  if (path.empty()) return Error(ErrorCode::kInvalidArgument, "VM spec: " + what + " is missing");
+  if (path.find('\0') != std::string::npos || path.find('\n') != std::string::npos) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: " + what + " has a control character");
+  }
+  return OkStatus();
+}
+
+Status CheckFormat(const DiskSpec& disk) {
+  if (disk.format != "qcow2" && disk.format != "raw") {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: unsupported disk format " + disk.format);
+  }
+  return OkStatus();
+}
+
+void AddDisk(std::vector<std::string>& argv, const std::string& node, const DiskSpec& disk,
+             bool read_only, bool discard) {
+  std::string file = "driver=file,node-name=" + node + "-file,filename=" +
+                     QemuOptEscape(disk.path);
+  std::string fmt = "driver=" + disk.format + ",node-name=" + node + ",file=" + node + "-file";
+  if (read_only) {
+    file += ",read-only=on";
+    fmt += ",read-only=on";
+  }
+  if (discard) {
+    file += ",discard=unmap";
+    fmt += ",discard=unmap,detect-zeroes=unmap";
+  }
+  argv.insert(argv.end(), {"-blockdev", file, "-blockdev", fmt, "-device",
+                           "virtio-blk-pci,drive=" + node + ",id=" + node + "-blk"});
+}
+
+}  // namespace
+
+std::string KernelCmdline(const VmSpec& spec) {
+  std::string cmdline = "root=/dev/vda rw console=ttyS0 panic=-1";
+  if (!spec.extra_cmdline.empty()) cmdline += " " + spec.extra_cmdline;
+  return cmdline;
+}
+
+Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
+  RETURN_IF_ERROR(CheckPath("qemu binary", spec.qemu_binary));
+  RETURN_IF_ERROR(CheckPath("kernel", spec.kernel));
+  RETURN_IF_ERROR(CheckPath("initrd", spec.initrd));
+  RETURN_IF_ERROR(CheckPath("system disk", spec.system_disk.path));
+  RETURN_IF_ERROR(CheckPath("home disk", spec.home_disk.path));
+  RETURN_IF_ERROR(CheckPath("metadata disk", spec.meta_disk));
+  RETURN_IF_ERROR(CheckPath("channel socket", spec.channel_socket));
+  RETURN_IF_ERROR(CheckPath("QMP socket", spec.qmp_socket));
+  RETURN_IF_ERROR(CheckPath("console log", spec.console_log));
+  RETURN_IF_ERROR(CheckFormat(spec.system_disk));
+  RETURN_IF_ERROR(CheckFormat(spec.home_disk));
+  if (!ValidMac(spec.mac)) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: bad MAC address '" + spec.mac + "'");
+  }
+  if (spec.cpus < 1 || spec.cpus > 64) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: cpus must be 1..64");
+  }
+  if (spec.memory_mib < 128 || spec.memory_mib > 1024 * 1024) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: memory must be at least 128 MiB");
+  }
+  if (spec.extra_cmdline.find_first_of("\n\0", 0, 2) != std::string::npos) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: kernel command line has a control character");
+  }
+
+  std::vector<std::string> argv = {spec.qemu_binary};
+  argv.insert(argv.end(), {"-name", QemuOptEscape("cloister-" + spec.name) + ",debug-threads=on",
+                           "-nodefaults", "-no-user-config", "-vga", "none",
+                           "-display", "none", "-no-reboot"});
+  if (spec.accel == Accel::kKvm) {
+    argv.insert(argv.end(), {"-machine", "q35,accel=kvm", "-cpu", "host"});
+  } else {
+    argv.insert(argv.end(), {"-machine", "q35,accel=tcg", "-cpu", "max"});
+  }
+  argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
+  argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
+                           KernelCmdline(spec)});
+  // Disks in the contract's order: vda, vdb, vdc (virtio-blk names follow PCI order).
+  AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true);
+  AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true);
+  AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw"}, /*read_only=*/true, /*discard=*/false);
+  argv.insert(argv.end(), {"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device",
+                           "virtio-rng-pci,rng=rng0"});
+  // SECURITY: restrict=on isolates the guest from the host and the outside; no hostfwd/guestfwd.
+  argv.insert(argv.end(), {"-netdev", "user,id=net0,restrict=on", "-device",
+                           "virtio-net-pci,netdev=net0,mac=" + spec.mac});
+  argv.insert(argv.end(),
+              {"-device", "virtio-serial-pci,id=vser0", "-chardev",
+               "socket,id=channel,path=" + QemuOptEscape(spec.channel_socket) + ",server=on,wait=off",
+               "-device",
+               std::string("virtserialport,bus=vser0.0,chardev=channel,name=") + kChannelPortName});
+  argv.insert(argv.end(), {"-chardev",
+                           "socket,id=qmp,path=" + QemuOptEscape(spec.qmp_socket) + ",server=on,wait=off",
+                           "-mon", "chardev=qmp,mode=control"});
+  argv.insert(argv.end(), {"-chardev",
+                           "file,id=console,path=" + QemuOptEscape(spec.console_log) + ",append=on",
+                           "-serial", "chardev:console"});
+  int i = 0;
+  for (const ShareSpec& share : spec.shares) {
+    RETURN_IF_ERROR(CheckPath("shared folder", share.host_path));
+    if (!ValidTag(share.tag)) {
+      return Error(ErrorCode::kInvalidArgument, "VM spec: bad share tag '" + share.tag + "'");
+    }
+    std::string id = "fs" + std::to_string(i++);
+    std::string fsdev = "local,id=" + id + ",path=" + QemuOptEscape(share.host_path) +
+                        ",security_model=none";
+    if (share.readonly) fsdev += ",readonly=on";
+    argv.insert(argv.end(), {"-fsdev", fsdev, "-device",
+                             "virtio-9p-pci,fsdev=" + id + ",mount_tag=" + share.tag});
+  }
+  if (spec.incoming_defer) argv.insert(argv.end(), {"-incoming", "defer"});
+  if (spec.sandbox) {
+    argv.insert(argv.end(), {"-sandbox",
+                             "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
+  }
+  return argv;
+}
+
+}  // namespace cloister::vm

@@ -1,0 +1,65 @@
+// The QEMU command line for one workspace boot. Pure function of a VmSpec: unit-tested, no I/O.
+//
+// Device contract (docs/design.md "Contracts between host and guest"): q35, direct kernel boot,
+// vda = system disk, vdb = home, vdc = per-boot metadata disk (read-only), virtio-rng, one virtio-net
+// NIC with the workspace MAC on restricted user networking (no route out, no forwards), the channel
+// on virtio-serial port org.cloister.channel.0, QMP and the channel on unix sockets, the serial
+// console appended to a log file, no display, no default devices, and QEMU's seccomp sandbox.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "vm/accel.h"
+
+namespace cloister::vm {
+
+inline constexpr char kChannelPortName[] = "org.cloister.channel.0";
+// QMP node names of the disks (the store's live checkpoints address them by these names).
+inline constexpr char kSystemNode[] = "system";
+inline constexpr char kHomeNode[] = "home";
+inline constexpr char kMetaNode[] = "meta";
+
+struct DiskSpec {
+  std::string path;
+  std::string format = "qcow2";  // "qcow2" or "raw"
+};
+
+struct ShareSpec {
+  std::string host_path;  // an existing host directory; never modified by cloister itself
+  std::string tag;        // 9p mount tag, [A-Za-z0-9_-]{1,31}
+  bool readonly = false;
+};
+
+struct VmSpec {
+  std::string qemu_binary = "qemu-system-x86_64";
+  std::string name;  // workspace name, for -name and the kernel hostname hint
+  Accel accel = Accel::kTcg;
+  int cpus = 2;
+  int memory_mib = 2048;
+  std::string kernel;
+  std::string initrd;
+  std::string extra_cmdline;  // appended after the fixed root=/dev/vda rw console=ttyS0
+  DiskSpec system_disk;
+  DiskSpec home_disk;
+  std::string meta_disk;  // raw ext4, attached read-only
+  std::string mac;        // 52:54:00:xx:xx:xx
+  std::string channel_socket;
+  std::string qmp_socket;
+  std::string console_log;
+  std::vector<ShareSpec> shares;
+  bool incoming_defer = false;  // resume from a suspend state (migrate-incoming over QMP)
+  bool sandbox = true;          // -sandbox on,... (QEMU's seccomp filter)
+};
+
+// Validates the spec (required paths present, MAC and share tags well-formed, no NUL) and returns
+// argv with argv[0] = qemu_binary. Paths are escaped for QEMU's option syntax (',' doubled).
+Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec);
+
+// The kernel command line BuildQemuArgv passes with -append.
+std::string KernelCmdline(const VmSpec& spec);
+
+// Doubles commas so a value can sit inside a QEMU "key=value,key=value" option.
+std::string QemuOptEscape(const std::string& value);
+
+}  // namespace cloister::vm

@@ -1,0 +1,155 @@
+#include "vm/qemu_args.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace cloister::vm {
+namespace {
+
+VmSpec Spec() {
+  VmSpec s;
+  s.name = "ws1";
+  s.kernel = "/img/vmlinuz";
+  s.initrd = "/img/initrd.img";
+  s.system_disk = {"/ws/disk.qcow2", "qcow2"};
+  s.home_disk = {"/ws/home.img", "raw"};
+  s.meta_disk = "/ws/run/meta.img";
+  s.mac = "52:54:00:12:34:56";
+  s.channel_socket = "/ws/run/channel.sock";
+  s.qmp_socket = "/ws/run/qmp.sock";
+  s.console_log = "/ws/console.log";
+  return s;
+}
+
+// Value following `flag` for each occurrence.
+std::vector<std::string> Values(const std::vector<std::string>& argv, const std::string& flag) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag) out.push_back(argv[i + 1]);
+  }
+  return out;
+}
+
+bool Has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(QemuArgsTest, DisksInContractOrderWithDiscardOnHomeAndReadOnlyMeta) {
+  auto argv = BuildQemuArgv(Spec());
+  ASSERT_TRUE(argv.ok()) << argv.error().ToString();
+  auto devices = Values(*argv, "-device");
+  std::vector<std::string> blk;
+  for (auto& d : devices) {
+    if (d.rfind("virtio-blk-pci", 0) == 0) blk.push_back(d);
+  }
+  ASSERT_EQ(blk.size(), 3u);
+  EXPECT_NE(blk[0].find("drive=system"), std::string::npos);
+  EXPECT_NE(blk[1].find("drive=home"), std::string::npos);
+  EXPECT_NE(blk[2].find("drive=meta"), std::string::npos);
+  auto blockdevs = Values(*argv, "-blockdev");
+  EXPECT_TRUE(Has(blockdevs, "driver=raw,node-name=home,file=home-file,discard=unmap,detect-zeroes=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=qcow2,node-name=system,file=system-file,discard=unmap,detect-zeroes=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=raw,node-name=meta,file=meta-file,read-only=on"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=meta-file,filename=/ws/run/meta.img,read-only=on"));
+}
+
+TEST(QemuArgsTest, KernelBootAndCmdline) {
+  auto argv = BuildQemuArgv(Spec());
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(Values(*argv, "-kernel"), std::vector<std::string>{"/img/vmlinuz"});
+  EXPECT_EQ(Values(*argv, "-initrd"), std::vector<std::string>{"/img/initrd.img"});
+  auto append = Values(*argv, "-append");
+  ASSERT_EQ(append.size(), 1u);
+  EXPECT_EQ(append[0].find("root=/dev/vda rw console=ttyS0"), 0u);
+  EXPECT_EQ((*argv)[0], "qemu-system-x86_64");
+}
+
+TEST(QemuArgsTest, NetworkIsRestrictedWithoutForwards) {
+  auto argv = BuildQemuArgv(Spec());
+  ASSERT_TRUE(argv.ok());
+  auto netdevs = Values(*argv, "-netdev");
+  ASSERT_EQ(netdevs.size(), 1u);
+  EXPECT_EQ(netdevs[0], "user,id=net0,restrict=on");
+  EXPECT_TRUE(Has(Values(*argv, "-device"), "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56"));
+  for (const auto& a : *argv) {
+    EXPECT_EQ(a.find("hostfwd"), std::string::npos);
+    EXPECT_EQ(a.find("guestfwd"), std::string::npos);
+  }
+}
+
+TEST(QemuArgsTest, HardeningFlags) {
+  auto argv = BuildQemuArgv(Spec());
+  ASSERT_TRUE(argv.ok());
+  EXPECT_TRUE(Has(*argv, "-nodefaults"));
+  EXPECT_EQ(Values(*argv, "-sandbox"),
+            std::vector<std::string>{"on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
+  EXPECT_EQ(Values(*argv, "-display"), std::vector<std::string>{"none"});
+  EXPECT_EQ(Values(*argv, "-vga"), std::vector<std::string>{"none"});
+  VmSpec s = Spec();
+  s.sandbox = false;
+  EXPECT_FALSE(Has(*BuildQemuArgv(s), "-sandbox"));
+}
+
+TEST(QemuArgsTest, ChannelQmpConsoleSockets) {
+  auto argv = BuildQemuArgv(Spec());
+  ASSERT_TRUE(argv.ok());
+  auto chardevs = Values(*argv, "-chardev");
+  EXPECT_TRUE(Has(chardevs, "socket,id=channel,path=/ws/run/channel.sock,server=on,wait=off"));
+  EXPECT_TRUE(Has(chardevs, "socket,id=qmp,path=/ws/run/qmp.sock,server=on,wait=off"));
+  EXPECT_TRUE(Has(chardevs, "file,id=console,path=/ws/console.log,append=on"));
+  EXPECT_TRUE(Has(Values(*argv, "-device"),
+                  "virtserialport,bus=vser0.0,chardev=channel,name=org.cloister.channel.0"));
+}
+
+TEST(QemuArgsTest, AccelSelectsMachine) {
+  VmSpec s = Spec();
+  s.accel = Accel::kKvm;
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=kvm"});
+  s.accel = Accel::kTcg;
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=tcg"});
+}
+
+TEST(QemuArgsTest, CommasInPathsAreEscaped) {
+  VmSpec s = Spec();
+  s.system_disk.path = "/ws/a,b/disk.qcow2";
+  s.shares.push_back({"/src/x,y", "share0", true});
+  auto argv = BuildQemuArgv(s);
+  ASSERT_TRUE(argv.ok());
+  EXPECT_TRUE(Has(Values(*argv, "-blockdev"),
+                  "driver=file,node-name=system-file,filename=/ws/a,,b/disk.qcow2,discard=unmap"));
+  EXPECT_TRUE(Has(Values(*argv, "-fsdev"),
+                  "local,id=fs0,path=/src/x,,y,security_model=none,readonly=on"));
+  EXPECT_TRUE(Has(Values(*argv, "-device"), "virtio-9p-pci,fsdev=fs0,mount_tag=share0"));
+}
+
+TEST(QemuArgsTest, IncomingDeferForResume) {
+  VmSpec s = Spec();
+  EXPECT_FALSE(Has(*BuildQemuArgv(s), "-incoming"));
+  s.incoming_defer = true;
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-incoming"), std::vector<std::string>{"defer"});
+}
+
+TEST(QemuArgsTest, RejectsBadInput) {
+  VmSpec s = Spec();
+  s.mac = "53:54:00:12:34:56";  // multicast
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s = Spec();
+  s.mac = "52:54:00:12:34";
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s = Spec();
+  s.kernel.clear();
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s = Spec();
+  s.shares.push_back({"/x", "bad tag", false});
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s = Spec();
+  s.system_disk.format = "vmdk";
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s = Spec();
+  s.extra_cmdline = std::string("a\nb");
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+}
+
+}  // namespace
+}  // namespace cloister::vm
