@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""An independent SigV4 implementation for cloister's tests: botocore's signer (Debian's
+python3-botocore), never cloister's own code.
+
+  sigv4_tool.py sign     < {"creds": {...}, "region": "us-east-1"}   -> requests signed with creds
+  sigv4_tool.py verify   < {"creds": {...}, "requests": [...]}       -> {"results": [...]}
+  sigv4_tool.py serve --creds FILE --cert C --key K --port-file F    -> HTTPS upstream that accepts
+      only requests whose SigV4 signature (header, presigned query, or streaming chunk chain)
+      verifies with creds; answers STS GetCallerIdentity and a minimal S3 (PUT/GET, multipart).
+
+creds: {"access_key_id", "secret", "token" (optional)}.
+request: {"method", "target", "headers": [[name, value], ...], "body_b64"}.
+"""
+import base64
+import hashlib
+import hmac
+import json
+import sys
+from urllib.parse import urlsplit, parse_qsl
+
+from botocore.auth import SigV4Auth, S3SigV4Auth, SigV4QueryAuth, S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+STREAMING = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD'
+EMPTY_SHA256 = hashlib.sha256(b'').hexdigest()
+
+
+def _creds(c):
+    return Credentials(c['access_key_id'], c['secret'], c.get('token') or None)
+
+
+def _header(headers, name):
+    for n, v in headers:
+        if n.lower() == name:
+            return v
+    return None
+
+
+def _req_json(method, target, headers, body):
+    return {'method': method, 'target': target, 'headers': [[k, v] for k, v in headers],
+            'body_b64': base64.b64encode(body).decode()}
+
+
+def _signed(req, host):
+    parts = urlsplit(req.url)
+    target = parts.path or '/'
+    if parts.query:
+        target += '?' + parts.query
+    headers = [('Host', host)] + [(k, v) for k, v in req.headers.items()]
+    body = req.body or b''
+    if isinstance(body, str):
+        body = body.encode()
+    if body and not any(k.lower() == 'content-length' for k, _ in headers):
+        headers.append(('Content-Length', str(len(body))))  # as it goes on the wire
+    return method_of(req), target, headers, body
+
+
+def method_of(req):
+    return req.method
+
+
+def sign_all(cfg):
+    creds = _creds(cfg['creds'])
+    region = cfg.get('region', 'us-east-1')
+    out = []
+
+    def add(auth_cls, service, method, host, target, headers=None, body=b'', **kw):
+        req = AWSRequest(method=method, url='https://%s%s' % (host, target), headers=headers or {},
+                         data=body)
+        auth_cls(creds, service, region, **kw).add_auth(req)
+        m, t, h, b = _signed(req, host)
+        out.append(_req_json(m, t, h, b))
+
+    sts = 'sts.%s.amazonaws.com' % region
+    add(SigV4Auth, 'sts', 'POST', sts, '/',
+        {'Content-Type': 'application/x-www-form-urlencoded; charset=utf-8'},
+        b'Action=GetCallerIdentity&Version=2011-06-15')
+    add(SigV4Auth, 'ec2', 'GET', 'ec2.%s.amazonaws.com' % region,
+        '/?Action=DescribeInstances&Filter.1.Name=tag%3AName&Filter.1.Value.1=a%20b%2Fc&Version=2016-11-15')
+    bucket = 'cloister-test.s3.%s.amazonaws.com' % region
+    add(S3SigV4Auth, 's3', 'PUT', bucket, '/dir%20one/file%2Bplus.txt', {}, b'hello s3\n')
+    add(S3SigV4Auth, 's3', 'GET', bucket, '/dir%20one/file%2Bplus.txt?list-type=2&prefix=a%2Fb')
+    add(S3SigV4QueryAuth, 's3', 'GET', bucket, '/presigned/object.bin', expires=3600)
+
+    # Streaming chunked upload: seed signature by botocore, chunk chain per the S3 documentation.
+    data = bytes((i * 7) & 0xff for i in range(200000))
+    chunk = 65536
+    sizes = [len(data[i:i + chunk]) for i in range(0, len(data), chunk)]
+    enc_len = sum(len('%x;chunk-signature=' % s) + 64 + 2 + s + 2 for s in sizes) + len('0;chunk-signature=') + 64 + 4
+    headers = {'Content-Encoding': 'aws-chunked', 'X-Amz-Content-SHA256': STREAMING,
+               'X-Amz-Decoded-Content-Length': str(len(data)), 'Content-Length': str(enc_len)}
+    req = AWSRequest(method='PUT', url='https://%s/streamed/object.bin' % bucket, headers=headers)
+    SigV4Auth(creds, 's3', region).add_auth(req)
+    m, t, h, _ = _signed(req, bucket)
+    seed = req.headers['Authorization'].rsplit('Signature=', 1)[1]
+    amz_date = req.headers['X-Amz-Date']
+    key = _signing_key(creds.secret_key, amz_date[:8], region, 's3')
+    scope = '%s/%s/s3/aws4_request' % (amz_date[:8], region)
+    body = _chunked(data, chunk, key, amz_date, scope, seed)
+    assert len(body) == enc_len
+    out.append(_req_json(m, t, h, body))
+    return out
+
+
+def _signing_key(secret, date, region, service):
+    k = ('AWS4' + secret).encode()
+    for part in (date, region, service, 'aws4_request'):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    return k
+
+
+def _chunk_sig(key, amz_date, scope, prev, data):
+    sts = '\n'.join(['AWS4-HMAC-SHA256-PAYLOAD', amz_date, scope, prev, EMPTY_SHA256,
+                     hashlib.sha256(data).hexdigest()])
+    return hmac.new(key, sts.encode(), hashlib.sha256).hexdigest()
+
+
+def _chunked(data, chunk, key, amz_date, scope, seed):
+    out, prev = b'', seed
+    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b'']
+    for p in pieces:
+        prev = _chunk_sig(key, amz_date, scope, prev, p)
+        out += ('%x;chunk-signature=%s\r\n' % (len(p), prev)).encode() + p + b'\r\n'
+    return out
+
+
+def _dechunk(body, key, amz_date, scope, seed):
+    """Verifies the chunk chain with `key`; returns the decoded data or raises ValueError."""
+    out, prev, pos = b'', seed, 0
+    while True:
+        nl = body.index(b'\r\n', pos)
+        size_s, _, ext = body[pos:nl].decode().partition(';')
+        if not ext.startswith('chunk-signature='):
+            raise ValueError('chunk without signature')
+        size = int(size_s, 16)
+        data = body[nl + 2:nl + 2 + size]
+        if body[nl + 2 + size:nl + 4 + size] != b'\r\n':
+            raise ValueError('bad chunk framing')
+        want = _chunk_sig(key, amz_date, scope, prev, data)
+        if not hmac.compare_digest(want, ext[len('chunk-signature='):]):
+            raise ValueError('chunk signature mismatch')
+        prev, pos = want, nl + 4 + size
+        out += data
+        if size == 0:
+            if pos != len(body):
+                raise ValueError('bytes after final chunk')
+            return out
+
+
+def verify(method, target, headers, body, cfg):
+    """Returns (ok, reason, decoded_body). Uses botocore's signer with the given (real) creds."""
+    creds = _creds(cfg)
+    host = _header(headers, 'host')
+    if not host:
+        return False, 'no host', None
+    url = 'https://%s%s' % (host, target)
+    authz = _header(headers, 'authorization')
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if authz:
+        if not authz.startswith('AWS4-HMAC-SHA256 '):
+            return False, 'not sigv4', None
+        fields = dict(p.strip().split('=', 1) for p in authz[len('AWS4-HMAC-SHA256 '):].split(','))
+        akid, date, region, service, _ = fields['Credential'].split('/')
+        signed = fields['SignedHeaders'].split(';')
+        got = fields['Signature']
+        amz_date = _header(headers, 'x-amz-date')
+        token = _header(headers, 'x-amz-security-token')
+        req = AWSRequest(method=method, url=url, data=body)
+        cls = S3SigV4Auth if service == 's3' else SigV4Auth
+    elif 'X-Amz-Signature' in query:
+        akid, date, region, service, _ = query['X-Amz-Credential'].split('/')
+        signed = query['X-Amz-SignedHeaders'].split(';')
+        got = query['X-Amz-Signature']
+        amz_date = query['X-Amz-Date']
+        token = query.get('X-Amz-Security-Token')
+        kept = '&'.join(p for p in parts.query.split('&') if not p.startswith('X-Amz-Signature='))
+        req = AWSRequest(method=method, url='https://%s%s?%s' % (host, parts.path, kept), data=body)
+        cls = S3SigV4QueryAuth if service == 's3' else SigV4QueryAuth
+    else:
+        return False, 'unsigned', None
+    if akid != cfg['access_key_id']:
+        return False, 'unknown access key', None
+    if (cfg.get('token') or None) != token:
+        return False, 'bad session token', None
+    for n, v in headers:
+        if n.lower() in signed:
+            if n in req.headers:
+                req.headers[n] = req.headers[n] + ',' + v
+            else:
+                req.headers[n] = v
+    auth = cls(creds, service, region) if not cls.__name__.endswith('QueryAuth') else cls(creds, service, region, expires=3600)
+    req.context['timestamp'] = amz_date
+    cr = auth.canonical_request(req)
+    sts = auth.string_to_sign(req, cr)
+    want = auth.signature(sts, req)
+    if not hmac.compare_digest(want, got):
+        return False, 'SignatureDoesNotMatch', None
+    content_sha = _header(headers, 'x-amz-content-sha256')
+    if content_sha == STREAMING:
+        key = _signing_key(creds.secret_key, amz_date[:8], region, service)
+        try:
+            data = _dechunk(body, key, amz_date, '%s/%s/%s/aws4_request' % (date, region, service), got)
+        except (ValueError, IndexError) as e:
+            return False, 'chunk: %s' % e, None
+        return True, 'ok', data
+    if content_sha and content_sha not in ('UNSIGNED-PAYLOAD',) and content_sha != hashlib.sha256(body).hexdigest():
+        return False, 'XAmzContentSHA256Mismatch', None
+    return True, 'ok', body
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == 'sign':
+        print(json.dumps({'requests': sign_all(json.load(sys.stdin))}))
+    elif cmd == 'verify':
+        cfg = json.load(sys.stdin)
+        results = []
+        for r in cfg['requests']:
+            ok, reason, _ = verify(r['method'], r['target'], r['headers'],
+                                   base64.b64decode(r['body_b64']), cfg['creds'])
+            results.append({'ok': ok, 'reason': reason})
+        print(json.dumps({'results': results}))
+    else:
+        sys.exit('unknown command ' + cmd)
+
+
+if __name__ == '__main__':
+    main()
