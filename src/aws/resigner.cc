@@ -60,6 +60,28 @@ Resigner::Resigner(AwsSecrets secrets) : s_(std::move(secrets)) {}
 Resigner::~Resigner() {
   Wipe(s_.secret);
   Wipe(s_.session_token);
+  for (auto& [scope, keys] : keys_) {
+    Wipe(keys.first);
+    Wipe(keys.second);
+  }
+}
+
+std::pair<std::string, std::string> Resigner::Keys(const SigV4Auth& auth) const {
+  std::string scope = auth.Scope();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = keys_.find(scope);
+  if (it != keys_.end()) return it->second;
+  if (keys_.size() >= kMaxCachedScopes) {
+    for (auto& [s, keys] : keys_) {
+      Wipe(keys.first);
+      Wipe(keys.second);
+    }
+    keys_.clear();
+  }
+  auto& entry = keys_[scope];
+  entry.first = SigningKey(s_.placeholder_secret, auth.date, auth.region, auth.service);
+  entry.second = SigningKey(s_.secret, auth.date, auth.region, auth.service);
+  return entry;
 }
 
 Result<Resigner::Verdict> Resigner::Resign(RequestHead& head) const {
@@ -120,7 +142,7 @@ Result<Resigner::Verdict> Resigner::Finish(RequestHead& head, const SigV4Auth& a
       candidates.push_back(CanonicalOptions{u, q, payload});
     }
   }
-  std::string placeholder_key = SigningKey(s_.placeholder_secret, auth.date, auth.region, auth.service);
+  auto [placeholder_key, real_key] = Keys(auth);
   const CanonicalOptions* matched = nullptr;
   std::string last_cr;
   for (const CanonicalOptions& c : candidates) {
@@ -149,7 +171,6 @@ Result<Resigner::Verdict> Resigner::Finish(RequestHead& head, const SigV4Auth& a
                                      s_.session_token.empty() ? nullptr : &s_.session_token);
   }
   ASSIGN_OR_RETURN(std::string cr, CanonicalRequest(head, real, *matched));
-  std::string real_key = SigningKey(s_.secret, auth.date, auth.region, auth.service);
   std::string new_sig = SignatureHex(real_key, StringToSign(real, cr));
   if (auth.form == SigV4Auth::Form::kHeader) {
     head.Set("authorization", std::string(kAlgorithm) + " Credential=" + auth.access_key_id + "/" +

@@ -18,7 +18,9 @@
 // signatures; error messages never contain secrets or placeholders.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -37,6 +39,7 @@ struct AwsSecrets {
 
 inline constexpr size_t kMaxChunk = 16 * 1024 * 1024;       // one aws-chunked chunk
 inline constexpr size_t kMaxFullBody = 8 * 1024 * 1024;      // bodies hashed for non-S3 services
+inline constexpr size_t kMaxCachedScopes = 64;
 
 // Re-signs an aws-chunked body. Feed it the body bytes as they arrive; it returns the bytes to
 // forward (whole re-signed chunks). End() fails unless the final zero-length chunk was seen.
@@ -90,7 +93,15 @@ class Resigner {
 
  private:
   Result<Verdict> Finish(RequestHead& head, const SigV4Auth& auth, const std::string& payload) const;
+  // The placeholder and real signing keys for a scope (date/region/service), derived once: a
+  // signing key is 4 HMACs, re-signing a request otherwise needs 2.
+  std::pair<std::string, std::string> Keys(const SigV4Auth& auth) const;
+
   AwsSecrets s_;
+  mutable std::mutex mu_;
+  // SECURITY: derived keys are secret (each signs for one day, region and service); bounded to
+  // kMaxCachedScopes entries and wiped in the destructor.
+  mutable std::map<std::string, std::pair<std::string, std::string>> keys_;  // guarded by mu_
 };
 
 }  // namespace cloister::aws
