@@ -6,6 +6,7 @@ namespace cloister::cli {
 
 void AddAllCommands(CLI::App& app, Cli& cli) {
   AddVersionCommand(app, cli);
+  AddCredCommand(app, cli);
 }
 
 }  // namespace cloister::cli

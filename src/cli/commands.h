@@ -8,6 +8,7 @@ namespace cloister::cli {
 class Cli;
 
 void AddVersionCommand(CLI::App& app, Cli& cli);
+void AddCredCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

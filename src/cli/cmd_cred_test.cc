@@ -1,0 +1,112 @@
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "vault/vault.h"
+
+namespace cloister::cli {
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+class CredCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cloister-cred-XXXXXX";
+    root_ = mkdtemp(tmpl);
+    std::filesystem::create_directories(root_ + "/workspaces/dev");
+    setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  Outcome Run(std::vector<std::string> args, const std::string& input = "") {
+    std::vector<const char*> argv = {"cloister", "--store", root_.c_str()};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    std::istringstream in(input);
+    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
+    return {code, out.str(), err.str()};
+  }
+
+  std::string root_;
+  const std::string real_ = "sk-ant-api03-THEREALVALUE1234567890abcdefghijklmnopqrstuvAA";
+};
+
+TEST_F(CredCliTest, AddFromStdinListRemove) {
+  Outcome add = Run({"cred", "add", "dev", "anthropic"}, real_ + "\n");
+  ASSERT_EQ(add.code, 0) << add.err;
+  EXPECT_EQ(add.out.find("THEREALVALUE"), std::string::npos);
+  EXPECT_NE(add.out.find("sk-ant-api03-CLOISTER"), std::string::npos);
+
+  Outcome ls = Run({"cred", "ls", "dev", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out.find("THEREALVALUE"), std::string::npos);
+  auto doc = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(doc["credentials"].size(), 1u);
+  EXPECT_EQ(doc["credentials"][0]["id"], "anthropic");
+  EXPECT_EQ(doc["credentials"][0]["hosts"][0], "api.anthropic.com");
+  std::string ph = doc["credentials"][0]["placeholder"];
+  EXPECT_EQ(ph.size(), real_.size());
+
+  // The file on disk holds the value only encrypted.
+  std::ifstream f(root_ + "/workspaces/dev/secrets.enc", std::ios::binary);
+  std::string raw(std::istreambuf_iterator<char>(f), {});
+  EXPECT_FALSE(raw.empty());
+  EXPECT_EQ(raw.find("THEREALVALUE"), std::string::npos);
+
+  // The real value is there for the proxy.
+  auto v = vault::Vault::Open({root_ + "/keys", root_ + "/workspaces/dev/secrets.enc", "dev"});
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->Find("anthropic")->value, real_);
+
+  Outcome rm_no = Run({"cred", "rm", "dev", "anthropic"});
+  EXPECT_NE(rm_no.code, 0);  // no terminal, no --yes
+  Outcome rm = Run({"cred", "rm", "dev", "anthropic", "--yes"});
+  ASSERT_EQ(rm.code, 0) << rm.err;
+  Outcome again = Run({"cred", "rm", "dev", "anthropic", "--yes"});
+  EXPECT_NE(again.code, 0);
+  EXPECT_NE(again.err.find("no credential anthropic"), std::string::npos);
+}
+
+TEST_F(CredCliTest, FromEnvAndHeaderKind) {
+  setenv("CLOISTER_TEST_TOKEN", "tok_abcdefghijklmnop", 1);
+  Outcome add = Run({"cred", "add", "dev", "header", "--header", "X-Api-Key", "--host",
+                     "api.example.test", "--from-env", "CLOISTER_TEST_TOKEN"});
+  ASSERT_EQ(add.code, 0) << add.err;
+  Outcome ls = Run({"cred", "ls", "dev"});
+  EXPECT_NE(ls.out.find("header:x-api-key\tapi.example.test"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("tok_abcdefghijklmnop"), std::string::npos);
+  Outcome rm = Run({"cred", "rm", "dev", "header", "--header", "x-api-key", "-f"});
+  EXPECT_EQ(rm.code, 0) << rm.err;
+}
+
+TEST_F(CredCliTest, ErrorsAreClear) {
+  EXPECT_EQ(Run({"cred", "add", "dev", "anthropic"}, "").code, kExitUsage);  // empty stdin
+  Outcome kind = Run({"cred", "add", "dev", "bogus"}, real_);
+  EXPECT_EQ(kind.code, kExitUsage);
+  EXPECT_NE(kind.err.find("unknown credential kind"), std::string::npos);
+  Outcome nows = Run({"cred", "add", "nope", "anthropic"}, real_);
+  EXPECT_EQ(nows.code, kExitError);
+  EXPECT_NE(nows.err.find("no workspace named nope"), std::string::npos);
+  // There is no way to pass the value in argv.
+  EXPECT_EQ(Run({"cred", "add", "dev", "anthropic", real_}).code, kExitUsage);
+}
+
+TEST_F(CredCliTest, LlmBodyPolicySwitch) {
+  Outcome show = Run({"cred", "policy", "dev"});
+  EXPECT_EQ(show.out, "llm-body: flag\n");
+  ASSERT_EQ(Run({"cred", "policy", "dev", "--llm-body", "block"}).code, 0);
+  EXPECT_EQ(Run({"cred", "policy", "dev"}).out, "llm-body: block\n");
+  EXPECT_EQ(Run({"cred", "policy", "dev", "--llm-body", "maybe"}).code, kExitUsage);
+}
+
+}  // namespace
+}  // namespace cloister::cli

@@ -1,0 +1,140 @@
+#include "vault/credential.h"
+
+#include <array>
+
+#include "base/strings.h"
+
+namespace cloister::vault {
+namespace {
+
+const std::array<KindInfo, 5>& Kinds() {
+  static const std::array<KindInfo, 5> kinds = {{
+      {CredentialKind::kAnthropic, "anthropic", {"api.anthropic.com"},
+       {"x-api-key", "authorization"}, {"ANTHROPIC_API_KEY"}, true},
+      {CredentialKind::kOpenai, "openai", {"api.openai.com"}, {"authorization"},
+       {"OPENAI_API_KEY"}, true},
+      // git over HTTPS talks to github.com; gh to api.github.com (a subdomain); raw content and
+      // release assets come from githubusercontent.com.
+      {CredentialKind::kGithub, "github", {"github.com", "githubusercontent.com"},
+       {"authorization"}, {"GH_TOKEN", "GITHUB_TOKEN"}, false},
+      {CredentialKind::kGitlab, "gitlab", {"gitlab.com"}, {"private-token", "authorization"},
+       {"GITLAB_TOKEN"}, false},
+      {CredentialKind::kHeader, "header", {}, {}, {}, false},
+  }};
+  return kinds;
+}
+
+bool IsHeaderNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+}  // namespace
+
+const KindInfo& InfoFor(CredentialKind kind) {
+  for (const KindInfo& k : Kinds()) {
+    if (k.kind == kind) return k;
+  }
+  return Kinds().back();
+}
+
+Result<CredentialKind> ParseKind(std::string_view name) {
+  std::string lower = ToLower(name);
+  for (const KindInfo& k : Kinds()) {
+    if (lower == k.name) return k.kind;
+  }
+  return Error(ErrorCode::kInvalidArgument, "unknown credential kind: " + std::string(name),
+               "kinds: anthropic, openai, github, gitlab, header");
+}
+
+const char* KindName(CredentialKind kind) { return InfoFor(kind).name; }
+
+std::string CredentialId(CredentialKind kind, std::string_view header) {
+  if (kind == CredentialKind::kHeader) return "header:" + ToLower(header);
+  return KindName(kind);
+}
+
+Result<std::string> NormalizeScopeHost(std::string_view host) {
+  std::string h = ToLower(Trim(host));
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::kInvalidArgument, "invalid host '" + std::string(host) + "': " + why,
+                 "give a host name such as api.example.com (no scheme, port or wildcard)");
+  };
+  if (h.empty() || h.size() > 253) return bad("empty or too long");
+  for (const std::string& label : Split(h, '.')) {
+    if (label.empty() || label.size() > 63) return bad("empty or too long label");
+    for (char c : label) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+        return bad("unexpected character");
+      }
+    }
+    if (label.front() == '-' || label.back() == '-') return bad("label starts or ends with '-'");
+  }
+  return h;
+}
+
+bool HostInScope(std::string_view host, std::string_view scope) {
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  if (host.empty() || scope.empty()) return false;
+  std::string h = ToLower(host), s = ToLower(scope);
+  if (h == s) return true;
+  return h.size() > s.size() + 1 && EndsWith(h, s) && h[h.size() - s.size() - 1] == '.';
+}
+
+bool HostInAnyScope(std::string_view host, const std::vector<std::string>& scopes) {
+  for (const std::string& s : scopes) {
+    if (HostInScope(host, s)) return true;
+  }
+  return false;
+}
+
+Result<Credential> MakeCredential(CredentialKind kind, std::string value,
+                                  const std::vector<std::string>& hosts, std::string_view header,
+                                  bool body_substitution) {
+  // SECURITY: the value is never echoed in an error message.
+  while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
+  if (value.size() < 8 || value.size() > 4096) {
+    return Error(ErrorCode::kInvalidArgument, "credential value must be 8 to 4096 bytes long");
+  }
+  for (char c : value) {
+    if (c <= 0x20 || c >= 0x7f) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "credential value must be printable ASCII without spaces",
+                   "pass the bare token on stdin (one line), not the whole header");
+    }
+  }
+  Credential cred;
+  cred.kind = kind;
+  cred.value = std::move(value);
+  cred.body_substitution = body_substitution;
+  if (kind == CredentialKind::kHeader) {
+    std::string h = ToLower(Trim(header));
+    if (h.empty()) {
+      return Error(ErrorCode::kInvalidArgument, "kind 'header' needs --header NAME",
+                   "e.g. --header X-Api-Key --host api.example.com");
+    }
+    for (char c : h) {
+      if (!IsHeaderNameChar(c)) {
+        return Error(ErrorCode::kInvalidArgument, "invalid header name: " + std::string(header));
+      }
+    }
+    if (hosts.empty()) {
+      return Error(ErrorCode::kInvalidArgument, "kind 'header' needs at least one --host");
+    }
+    if (h == "host" || h == "content-length" || h == "transfer-encoding" || h == "connection") {
+      return Error(ErrorCode::kInvalidArgument, "header " + h + " cannot carry a credential");
+    }
+    cred.header = h;
+  } else if (!header.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "--header is only for kind 'header'");
+  }
+  for (const std::string& host : hosts) {
+    ASSIGN_OR_RETURN(std::string h, NormalizeScopeHost(host));
+    cred.hosts.push_back(h);
+  }
+  if (cred.hosts.empty()) cred.hosts = InfoFor(kind).default_hosts;
+  cred.id = CredentialId(kind, cred.header);
+  return cred;
+}
+
+}  // namespace cloister::vault

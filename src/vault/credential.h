@@ -1,0 +1,64 @@
+// Credentials of a workspace: what they are, which hosts they belong to, where they go in a request.
+//
+// SECURITY: Credential::value is a real secret. It lives in the supervisor's memory (decrypted from
+// the workspace's secrets file by vault.h) and in the encrypted file; it is never written to any
+// other file, environment variable, log, trace, or anything that reaches the guest.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cloister::vault {
+
+enum class CredentialKind { kAnthropic, kOpenai, kGithub, kGitlab, kHeader };
+
+// Static facts about a kind.
+struct KindInfo {
+  CredentialKind kind;
+  const char* name;                        // "anthropic", ... as typed on the command line
+  std::vector<std::string> default_hosts;  // scope when --host is not given
+  std::vector<std::string> headers;        // lower-case header names substituted for this kind
+  std::vector<std::string> env_vars;       // guest environment variables holding the placeholder
+  bool llm_provider;                       // its hosts receive LLM conversations (see proxy docs)
+};
+
+const KindInfo& InfoFor(CredentialKind kind);
+Result<CredentialKind> ParseKind(std::string_view name);
+const char* KindName(CredentialKind kind);
+
+struct Credential {
+  CredentialKind kind = CredentialKind::kHeader;
+  // Unique within a workspace: the kind's name, or "header:<lower-case header name>".
+  std::string id;
+  std::string value;               // SECURITY: the real secret
+  std::vector<std::string> hosts;  // scope: exact-or-subdomain, lower-case, no port
+  std::string header;              // kHeader only: lower-case header name
+  bool body_substitution = false;  // opt-in: also swap the placeholder inside request bodies
+};
+
+// The id a credential of this kind (and header) gets.
+std::string CredentialId(CredentialKind kind, std::string_view header);
+
+// Lower-cases, strips one trailing dot, and checks a host name for the scope list: letters, digits,
+// '-', '.', no empty labels, no port, no wildcard, at most 253 bytes.
+Result<std::string> NormalizeScopeHost(std::string_view host);
+
+// True iff `host` equals `scope` or is a subdomain of it (ends with "." + scope), compared
+// case-insensitively after dropping one trailing dot from `host`. Never a substring match and
+// never a suffix without a dot boundary: "evilanthropic.com" is not in "anthropic.com", and
+// "api.anthropic.com.evil.test" is not in "api.anthropic.com".
+bool HostInScope(std::string_view host, std::string_view scope);
+bool HostInAnyScope(std::string_view host, const std::vector<std::string>& scopes);
+
+// Builds and validates a credential from the `cred add` inputs. `hosts` replaces the kind's default
+// scope when non-empty; kHeader requires a header name and at least one host. The value must be
+// printable ASCII without spaces (what fits in an HTTP header), 8..4096 bytes.
+Result<Credential> MakeCredential(CredentialKind kind, std::string value,
+                                  const std::vector<std::string>& hosts, std::string_view header,
+                                  bool body_substitution);
+
+}  // namespace cloister::vault

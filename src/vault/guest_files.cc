@@ -1,0 +1,31 @@
+#include "vault/guest_files.h"
+
+namespace cloister::vault {
+
+GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds) {
+  GuestCredentials out;
+  std::string git_credentials;
+  std::string gh_hosts;
+  for (const BoundCredential& b : creds) {
+    const Credential& c = b.credential;
+    for (const std::string& var : InfoFor(c.kind).env_vars) out.env[var] = b.placeholder;
+    if (c.kind == CredentialKind::kGithub) {
+      for (const std::string& host : c.hosts) {
+        if (host == "githubusercontent.com") continue;
+        // git sends Basic x-access-token:<token>; the proxy swaps the password part.
+        git_credentials += "https://x-access-token:" + b.placeholder + "@" + host + "\n";
+        gh_hosts += host + ":\n    oauth_token: " + b.placeholder +
+                    "\n    user: x-access-token\n    git_protocol: https\n";
+      }
+    } else if (c.kind == CredentialKind::kGitlab) {
+      for (const std::string& host : c.hosts) {
+        git_credentials += "https://oauth2:" + b.placeholder + "@" + host + "\n";
+      }
+    }
+  }
+  if (!git_credentials.empty()) out.files.push_back({".git-credentials", git_credentials, 0600});
+  if (!gh_hosts.empty()) out.files.push_back({".config/gh/hosts.yml", gh_hosts, 0600});
+  return out;
+}
+
+}  // namespace cloister::vault

@@ -1,0 +1,42 @@
+// Placeholders: what the guest sees instead of a real credential.
+//
+// A placeholder is derived from the per-install salt (store keys dir, never leaves the host), the
+// workspace name and the credential id, so it is deterministic per install and workspace and stable
+// across boots and sessions (no tool in the guest ever sees its key rotate, even when the user
+// rotates the real value with `cred add` again). It keeps the real value's structure:
+//   - the real prefix (sk-ant-api03-, sk-proj-, ghp_, github_pat_, glpat-, ...),
+//   - the total length and alphabet,
+//   - GitHub's ghp_/gho_/ghu_/ghs_/ghr_ checksum (base62 CRC32 of the 30 characters after the
+//     prefix, as the last 6 characters), so client-side validators accept it,
+// and carries the marker "CLOISTER" right after the prefix so a human reading it knows it is not a
+// key. Every other position is drawn from the alphabet by HKDF output with rejection sampling, so
+// there is full-length entropy (no repeats, no padding). Unknown formats keep their punctuation
+// positions (a '.' or '-' stays where it was) and draw the rest from the character classes present.
+// Values too short to hold the marker plus 22 random characters are lengthened (documented
+// exception to "same length").
+//
+// SECURITY: the real value only selects the shape (prefix, length, classes, punctuation positions);
+// no bit of the secret itself is in the placeholder.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+#include "vault/credential.h"
+
+namespace cloister::vault {
+
+inline constexpr std::string_view kPlaceholderMarker = "CLOISTER";
+inline constexpr size_t kMinRandomChars = 22;
+
+Result<std::string> MakePlaceholder(std::string_view install_salt, std::string_view workspace,
+                                    const Credential& cred);
+
+// GitHub token checksum: base62 (0-9A-Za-z) of CRC32(body), left-padded with '0' to 6 characters.
+std::string GithubChecksum(std::string_view body);
+// True for a "gh?_" token of 40 characters whose last 6 characters are the checksum of the 30
+// before them.
+bool GithubChecksumValid(std::string_view token);
+
+}  // namespace cloister::vault

@@ -1,0 +1,156 @@
+#include "vault/vault.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "vault/crypto.h"
+#include "vault/placeholder.h"
+
+namespace cloister::vault {
+namespace {
+
+constexpr std::string_view kMagic = "cloister-secrets-v1\n";
+constexpr size_t kMaxSecretsFile = 4 << 20;
+
+std::string Aad(const std::string& workspace) { return std::string(kMagic) + workspace; }
+
+}  // namespace
+
+const char* LlmBodyPolicyName(LlmBodyPolicy p) {
+  return p == LlmBodyPolicy::kBlock ? "block" : "flag";
+}
+
+Result<LlmBodyPolicy> ParseLlmBodyPolicy(std::string_view name) {
+  if (name == "flag") return LlmBodyPolicy::kFlag;
+  if (name == "block") return LlmBodyPolicy::kBlock;
+  return Error(ErrorCode::kInvalidArgument, "llm body policy must be 'flag' or 'block'");
+}
+
+Vault::~Vault() {
+  SecureWipe(master_key_);
+  SecureWipe(salt_);
+  for (Credential& c : credentials_) SecureWipe(c.value);
+}
+
+Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
+  if (location.workspace.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "vault: empty workspace name");
+  }
+  Vault v;
+  v.location_ = location;
+  ASSIGN_OR_RETURN(MasterKey key, LoadOrCreateMasterKey(location.keys_dir, backend));
+  v.master_key_ = std::move(key.bytes);
+  v.key_backend_ = key.backend;
+  ASSIGN_OR_RETURN(v.salt_, LoadOrCreateSalt(location.keys_dir));
+
+  auto raw = ReadSmallFile(location.secrets_file, kMaxSecretsFile);
+  if (!raw.ok()) {
+    if (raw.error().code() == ErrorCode::kNotFound) return v;  // no credentials yet
+    return raw.error();
+  }
+  std::string_view bytes = *raw;
+  if (bytes.substr(0, kMagic.size()) != kMagic) {
+    return Error(ErrorCode::kCorrupt, location.secrets_file + " is not a cloister secrets file");
+  }
+  auto plain = AeadOpen(v.master_key_, Aad(location.workspace), bytes.substr(kMagic.size()));
+  if (!plain.ok()) {
+    return plain.error().WithContext(location.secrets_file)
+        .WithHint("the master key changed or the file belongs to another workspace; remove the "
+                  "file and add the credentials again");
+  }
+  // SECURITY: the parsed JSON holds secret values; it is destroyed at the end of this scope.
+  nlohmann::json doc = nlohmann::json::parse(*plain, nullptr, false);
+  SecureWipe(plain.value());
+  if (doc.is_discarded() || !doc.is_object() || doc.value("version", 0) != 1 ||
+      !doc.contains("credentials") || !doc["credentials"].is_array()) {
+    return Error(ErrorCode::kCorrupt, location.secrets_file + ": unexpected content");
+  }
+  for (const auto& c : doc["credentials"]) {
+    if (!c.is_object() || !c.contains("kind") || !c["kind"].is_string() ||
+        !c.contains("value") || !c["value"].is_string()) {
+      return Error(ErrorCode::kCorrupt, location.secrets_file + ": malformed credential");
+    }
+    ASSIGN_OR_RETURN(CredentialKind kind, ParseKind(c["kind"].get<std::string>()));
+    std::vector<std::string> hosts;
+    if (c.contains("hosts") && c["hosts"].is_array()) {
+      for (const auto& h : c["hosts"]) {
+        if (h.is_string()) hosts.push_back(h.get<std::string>());
+      }
+    }
+    std::string header = c.value("header", "");
+    auto cred = MakeCredential(kind, c["value"].get<std::string>(), hosts, header,
+                               c.value("body", false));
+    if (!cred.ok()) return cred.error().WithContext(location.secrets_file);
+    v.credentials_.push_back(std::move(cred).value());
+  }
+  if (doc.contains("policy") && doc["policy"].is_object()) {
+    auto p = ParseLlmBodyPolicy(doc["policy"].value("llm_body", "flag"));
+    if (p.ok()) v.llm_body_ = *p;
+  }
+  return v;
+}
+
+const Credential* Vault::Find(std::string_view id) const {
+  for (const Credential& c : credentials_) {
+    if (c.id == id) return &c;
+  }
+  return nullptr;
+}
+
+void Vault::Put(Credential cred) {
+  for (Credential& c : credentials_) {
+    if (c.id == cred.id) {
+      SecureWipe(c.value);
+      c = std::move(cred);
+      return;
+    }
+  }
+  credentials_.push_back(std::move(cred));
+}
+
+Status Vault::Remove(std::string_view id) {
+  auto it = std::find_if(credentials_.begin(), credentials_.end(),
+                         [&](const Credential& c) { return c.id == id; });
+  if (it == credentials_.end()) {
+    return Error(ErrorCode::kNotFound, "no credential " + std::string(id) + " in workspace " +
+                                           location_.workspace,
+                 "see `cloister cred ls " + location_.workspace + "`");
+  }
+  SecureWipe(it->value);
+  credentials_.erase(it);
+  return OkStatus();
+}
+
+Status Vault::Save() const {
+  nlohmann::json creds = nlohmann::json::array();
+  for (const Credential& c : credentials_) {
+    creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
+                     {"hosts", c.hosts}, {"header", c.header}, {"body", c.body_substitution}});
+  }
+  nlohmann::json doc = {{"version", 1}, {"credentials", creds},
+                        {"policy", {{"llm_body", LlmBodyPolicyName(llm_body_)}}}};
+  std::string plain = doc.dump();
+  doc.clear();
+  creds.clear();
+  auto sealed = AeadSeal(master_key_, Aad(location_.workspace), plain);
+  SecureWipe(plain);
+  if (!sealed.ok()) return sealed.error();
+  return WriteFileAtomic(location_.secrets_file, std::string(kMagic) + *sealed, 0600);
+}
+
+Result<std::string> Vault::PlaceholderFor(const Credential& cred) const {
+  return MakePlaceholder(salt_, location_.workspace, cred);
+}
+
+Result<std::vector<BoundCredential>> Vault::Bind() const {
+  std::vector<BoundCredential> out;
+  for (const Credential& c : credentials_) {
+    ASSIGN_OR_RETURN(std::string ph, PlaceholderFor(c));
+    out.push_back({c, std::move(ph)});
+  }
+  return out;
+}
+
+}  // namespace cloister::vault

@@ -1,0 +1,83 @@
+// The workspace's credential vault: an AEAD-encrypted secrets file plus the per-install keys.
+//
+// File format (<workspace dir>/secrets.enc, mode 0600, replaced atomically):
+//   "cloister-secrets-v1\n" || nonce(12) || AES-256-GCM(master key, plaintext) || tag(16)
+// The associated data is the magic line plus the workspace name, so a secrets file copied into
+// another workspace does not open. The plaintext is JSON:
+//   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"}],
+//    "policy":{"llm_body":"flag"|"block"}}
+//
+// Ownership: a Vault is used by one thread at a time; writers (cred add/rm) hold the workspace
+// lock (store) around Open..Save. The supervisor opens it once per boot, calls Bind(), and hands
+// the result to the proxy; the Vault object is then destroyed (its key material wiped).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "vault/credential.h"
+#include "vault/keys.h"
+
+namespace cloister::vault {
+
+inline constexpr char kSecretsFile[] = "secrets.enc";
+
+// What to do with a placeholder found in the BODY of a request to an LLM provider's host
+// (conversation content: an agent that read ~/.git-credentials sends it to its model).
+enum class LlmBodyPolicy {
+  kFlag,   // default: forward (it is only a placeholder), record a leak flag in the trace
+  kBlock,  // treat like any other out-of-scope placeholder: 451, pause, mark compromised
+};
+const char* LlmBodyPolicyName(LlmBodyPolicy p);
+Result<LlmBodyPolicy> ParseLlmBodyPolicy(std::string_view name);
+
+struct VaultLocation {
+  std::string keys_dir;      // the store's keys directory (0700)
+  std::string secrets_file;  // <workspace dir>/secrets.enc
+  std::string workspace;     // workspace name (AEAD associated data and placeholder derivation)
+};
+
+// A credential with its placeholder: what the proxy and the guest files need.
+struct BoundCredential {
+  Credential credential;  // SECURITY: includes the real value
+  std::string placeholder;
+};
+
+class Vault {
+ public:
+  // Loads keys (creating them on first use) and the secrets file if it exists.
+  static Result<Vault> Open(const VaultLocation& location, KeyBackend backend = KeyBackendFromEnv());
+
+  Vault(Vault&&) = default;
+  Vault& operator=(Vault&&) = default;
+  ~Vault();
+
+  const std::vector<Credential>& credentials() const { return credentials_; }
+  const Credential* Find(std::string_view id) const;
+  // Adds or replaces (same id) a credential.
+  void Put(Credential cred);
+  // kNotFound when no credential has this id.
+  Status Remove(std::string_view id);
+
+  LlmBodyPolicy llm_body_policy() const { return llm_body_; }
+  void set_llm_body_policy(LlmBodyPolicy p) { llm_body_ = p; }
+
+  // Encrypts and atomically replaces the secrets file.
+  Status Save() const;
+
+  Result<std::string> PlaceholderFor(const Credential& cred) const;
+  Result<std::vector<BoundCredential>> Bind() const;
+  const std::string& key_backend() const { return key_backend_; }
+
+ private:
+  Vault() = default;
+  VaultLocation location_;
+  std::string master_key_;  // SECURITY: wiped in the destructor
+  std::string salt_;
+  std::string key_backend_;
+  std::vector<Credential> credentials_;
+  LlmBodyPolicy llm_body_ = LlmBodyPolicy::kFlag;
+};
+
+}  // namespace cloister::vault

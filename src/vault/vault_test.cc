@@ -1,0 +1,156 @@
+#include "vault/vault.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "vault/guest_files.h"
+#include "vault/placeholder.h"
+
+namespace cloister::vault {
+namespace {
+
+class VaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cloister-vault-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::filesystem::create_directories(dir_ + "/ws");
+    loc_ = {dir_ + "/keys", dir_ + "/ws/secrets.enc", "ws"};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+
+  std::string dir_;
+  VaultLocation loc_;
+  const std::string real_ = "sk-ant-api03-REALREALREALsecretvalue0123456789abcdefAA";
+};
+
+TEST_F(VaultTest, SaveOpenRoundTripEncryptedAtRest) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok()) << v.error().ToString();
+    EXPECT_EQ(v->key_backend(), "file");
+    v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+    v->Put(*MakeCredential(CredentialKind::kHeader, "tok-123456789", {"x.test"}, "X-Key", true));
+    v->set_llm_body_policy(LlmBodyPolicy::kBlock);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  std::string raw = Slurp(loc_.secrets_file);
+  EXPECT_EQ(raw.find("REALREAL"), std::string::npos);
+  EXPECT_EQ(raw.find("anthropic"), std::string::npos);
+  struct stat st;
+  ASSERT_EQ(stat(loc_.secrets_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((loc_.keys_dir + "/vault.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(loc_.keys_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->credentials().size(), 2u);
+  const Credential* a = v->Find("anthropic");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->value, real_);
+  const Credential* h = v->Find("header:x-key");
+  ASSERT_NE(h, nullptr);
+  EXPECT_TRUE(h->body_substitution);
+  EXPECT_EQ(h->hosts, std::vector<std::string>{"x.test"});
+  EXPECT_EQ(v->llm_body_policy(), LlmBodyPolicy::kBlock);
+}
+
+TEST_F(VaultTest, PlaceholdersStableAcrossOpens) {
+  std::string first;
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+    auto bound = v->Bind();
+    ASSERT_TRUE(bound.ok());
+    first = (*bound)[0].placeholder;
+    ASSERT_TRUE(v->Save().ok());
+  }
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ((*v->Bind())[0].placeholder, first);
+}
+
+TEST_F(VaultTest, FileFromAnotherWorkspaceDoesNotOpen) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+    ASSERT_TRUE(v->Save().ok());
+  }
+  VaultLocation other = loc_;
+  other.workspace = "other";
+  auto v = Vault::Open(other, KeyBackend::kFile);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(VaultTest, TamperedFileIsCorrupt) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+    ASSERT_TRUE(v->Save().ok());
+  }
+  std::string raw = Slurp(loc_.secrets_file);
+  raw[raw.size() - 20] ^= 0x40;
+  std::ofstream(loc_.secrets_file, std::ios::binary | std::ios::trunc) << raw;
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(VaultTest, RefusesKeyFileReadableByOthers) {
+  ASSERT_TRUE(Vault::Open(loc_, KeyBackend::kFile).ok());
+  chmod((loc_.keys_dir + "/vault.key").c_str(), 0644);
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code(), ErrorCode::kPermissionDenied);
+}
+
+TEST_F(VaultTest, RemoveUnknownIsNotFound) {
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->Remove("github").error().code(), ErrorCode::kNotFound);
+  v->Put(*MakeCredential(CredentialKind::kGithub, "ghp_" + std::string(36, 'a'), {}, "", false));
+  EXPECT_TRUE(v->Remove("github").ok());
+  EXPECT_TRUE(v->credentials().empty());
+}
+
+TEST_F(VaultTest, GuestFilesHoldOnlyPlaceholders) {
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  std::string gh_real = "ghp_" + std::string(36, 'R');
+  v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+  v->Put(*MakeCredential(CredentialKind::kGithub, gh_real, {}, "", false));
+  auto bound = v->Bind();
+  ASSERT_TRUE(bound.ok());
+  GuestCredentials g = BuildGuestCredentials(*bound);
+  std::string gh_ph = *v->PlaceholderFor(*v->Find("github"));
+  EXPECT_EQ(g.env.at("ANTHROPIC_API_KEY"), *v->PlaceholderFor(*v->Find("anthropic")));
+  EXPECT_EQ(g.env.at("GH_TOKEN"), gh_ph);
+  ASSERT_EQ(g.files.size(), 2u);
+  EXPECT_EQ(g.files[0].path, ".git-credentials");
+  EXPECT_NE(g.files[0].content.find("https://x-access-token:" + gh_ph + "@github.com"),
+            std::string::npos);
+  EXPECT_EQ(g.files[1].path, ".config/gh/hosts.yml");
+  EXPECT_NE(g.files[1].content.find("oauth_token: " + gh_ph), std::string::npos);
+  for (const auto& [k, val] : g.env) EXPECT_EQ(val.find("REAL"), std::string::npos);
+  for (const GuestFile& f : g.files) {
+    EXPECT_EQ(f.content.find(gh_real), std::string::npos);
+    EXPECT_EQ(f.content.find("REALREAL"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace cloister::vault
