@@ -7,6 +7,7 @@ namespace cloister::cli {
 void AddAllCommands(CLI::App& app, Cli& cli) {
   AddVersionCommand(app, cli);
   AddCredCommand(app, cli);
+  AddImageCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -9,6 +9,7 @@ class Cli;
 
 void AddVersionCommand(CLI::App& app, Cli& cli);
 void AddCredCommand(CLI::App& app, Cli& cli);
+void AddImageCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

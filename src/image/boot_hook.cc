@@ -1,0 +1,68 @@
+#include "image/boot_hook.h"
+
+namespace cloister::image {
+
+std::string BootHookScript() {
+  return R"HOOK(#!/bin/sh
+# cloister boot hook: mount the per-boot metadata disk and start the guest agent from it.
+# See docs/design.md, "Contracts between host and guest". Installed by the image's post-install
+# step "boot-hook", recorded in the signed catalog.
+META=/run/cloister/meta
+DEV=/dev/vdc
+mkdir -p "$META"
+i=0
+while [ ! -b "$DEV" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 300 ]; then
+    echo "cloister-boot-hook: $DEV did not appear" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if ! mountpoint -q "$META"; then
+  mount -t ext4 -o ro,nodev,nosuid "$DEV" "$META" || {
+    echo "cloister-boot-hook: cannot mount $DEV at $META" >&2
+    exit 1
+  }
+fi
+if [ ! -x "$META/cloister-agent" ]; then
+  echo "cloister-boot-hook: $META/cloister-agent is missing" >&2
+  exit 1
+fi
+echo "cloister-boot-hook: starting $META/cloister-agent"
+exec "$META/cloister-agent" --meta "$META"
+)HOOK";
+}
+
+catalog::PostInstallStep BootHookStep() {
+  return {"boot-hook",
+          "mkdir -p \"$1/usr/lib/cloister\"\n"
+          "cat > \"$1/usr/lib/cloister/boot-hook\" <<'CLOISTER_HOOK_EOF'\n" +
+              BootHookScript() +
+              "CLOISTER_HOOK_EOF\n"
+              "chmod 0755 \"$1/usr/lib/cloister/boot-hook\"\n"};
+}
+
+catalog::PostInstallStep BootServiceStep() {
+  return {"boot-service",
+          "mkdir -p \"$1/etc/systemd/system/multi-user.target.wants\"\n"
+          "cat > \"$1/etc/systemd/system/cloister-boot.service\" <<'CLOISTER_UNIT_EOF'\n"
+          "[Unit]\n"
+          "Description=cloister boot hook (metadata disk and guest agent)\n"
+          "After=local-fs.target\n"
+          "Wants=local-fs.target\n"
+          "\n"
+          "[Service]\n"
+          "Type=simple\n"
+          "ExecStart=/usr/lib/cloister/boot-hook\n"
+          "StandardOutput=journal+console\n"
+          "StandardError=journal+console\n"
+          "\n"
+          "[Install]\n"
+          "WantedBy=multi-user.target\n"
+          "CLOISTER_UNIT_EOF\n"
+          "ln -sf /etc/systemd/system/cloister-boot.service "
+          "\"$1/etc/systemd/system/multi-user.target.wants/cloister-boot.service\"\n"};
+}
+
+}  // namespace cloister::image

@@ -1,0 +1,35 @@
+// The boot hook shared by every cloister base image (docs/design.md, "Contracts between host and
+// guest"). It is installed by a post-install step, so its exact text is recorded in and signed by
+// the catalog entry.
+//
+// The hook mounts /dev/vdc (ext4, label CLOISTER-META, read-only) at /run/cloister/meta and execs
+// /run/cloister/meta/cloister-agent --meta /run/cloister/meta. The agent binary is never part of
+// the image. The VM module (metadata disk) and the guest agent rely on these paths.
+#pragma once
+
+#include <string>
+
+#include "catalog/entry.h"
+
+namespace cloister::image {
+
+inline constexpr char kBootHookPath[] = "/usr/lib/cloister/boot-hook";
+inline constexpr char kMetaMountPoint[] = "/run/cloister/meta";
+inline constexpr char kMetaDevice[] = "/dev/vdc";
+inline constexpr char kMetaLabel[] = "CLOISTER-META";
+inline constexpr char kAgentName[] = "cloister-agent";
+inline constexpr char kBootServiceName[] = "cloister-boot.service";
+inline constexpr char kGuestUser[] = "dev";
+inline constexpr int kGuestUid = 1000;
+inline constexpr char kKernelCmdline[] = "root=/dev/vda rw console=ttyS0";
+
+// The hook script itself (POSIX sh; runs on busybox and on Debian).
+std::string BootHookScript();
+
+// Post-install step writing the hook to $1/usr/lib/cloister/boot-hook (mode 0755).
+catalog::PostInstallStep BootHookStep();
+
+// Post-install step adding cloister-boot.service (WantedBy multi-user.target) for systemd images.
+catalog::PostInstallStep BootServiceStep();
+
+}  // namespace cloister::image

@@ -1,0 +1,72 @@
+// Helpers shared by the test and full image builders: files, reproducible filesystems, progress.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "catalog/entry.h"
+
+namespace cloister::image {
+
+// Fixed build time of every image: all mtimes, ext4 superblock times and mmdebstrap's clock.
+inline constexpr int64_t kSourceDateEpoch = 1704067200;  // 2024-01-01T00:00:00Z
+
+// One line of build progress ("image: [2/6] initramfs: 4.6 MiB, 21 modules (0.3 s)").
+using ProgressSink = std::function<void(const std::string& line)>;
+
+// Numbered stages with timings. Start() prints the stage name; Done() its result and duration.
+class Stages {
+ public:
+  Stages(ProgressSink sink, int total) : sink_(std::move(sink)), total_(total) {}
+  void Start(const std::string& name);
+  void Done(const std::string& detail);
+
+ private:
+  ProgressSink sink_;
+  int total_;
+  int index_ = 0;
+  std::string name_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+Status WriteFile(const std::string& path, std::string_view content, unsigned mode = 0644);
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 64 << 20);
+Status MakeDirs(const std::string& path);
+Status RemoveTree(const std::string& path);
+Status CopyFile(const std::string& from, const std::string& to);
+
+// Total bytes of regular files under `root` (not following symlinks).
+uint64_t TreeBytes(const std::string& root);
+
+// Sets the mtime and atime of every entry under `root` (symlinks themselves, not their targets)
+// to `epoch`, so the filesystem image does not depend on when the build ran.
+Status NormalizeMtimes(const std::string& root, int64_t epoch);
+
+// A stable RFC 4122-shaped UUID derived from `seed` (SHA-256), so each image has a fixed
+// filesystem UUID and directory hash seed.
+std::string DeterministicUuid(std::string_view seed);
+
+// Runs each post-install step as `sh -c COMMAND sh ROOT` with a fixed environment
+// (LC_ALL=C, SOURCE_DATE_EPOCH, a standard PATH).
+Status RunPostInstall(const std::vector<catalog::PostInstallStep>& steps, const std::string& root);
+
+struct Ext4Options {
+  std::string label;
+  std::string uuid;       // fixed filesystem UUID
+  std::string hash_seed;  // fixed htree hash seed (a UUID)
+  uint64_t size_bytes = 0;
+  int64_t epoch = kSourceDateEpoch;  // every inode and superblock time
+};
+// Creates `image` (sparse, raw ext4, no partition table) populated from `root` with mkfs.ext4 -d.
+Status MakeExt4(const std::string& root, const std::string& image, const Ext4Options& options);
+
+// Writes a newc cpio archive of `root` (sorted paths, owner root, normalised mtimes) to `out`.
+Status MakeCpio(const std::string& root, const std::string& out, int64_t epoch);
+
+}  // namespace cloister::image

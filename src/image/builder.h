@@ -1,0 +1,34 @@
+// Building cloister base images. Two recipes share one output shape (catalog::ImageEntry with a
+// raw ext4 disk, a kernel and an initramfs) and one path into the signed catalog:
+//   - the test image (`cloister image build --test`): busybox + tmux on Debian's standard kernel,
+//     built in seconds from .deb files, for the VM tests;
+//   - the full image (`cloister image build`): Debian 12 from mmdebstrap with systemd.
+// Both are reproducible: same package versions in, same SHA-256 out.
+#pragma once
+
+#include <string>
+
+#include "base/result.h"
+#include "catalog/entry.h"
+#include "image/build_util.h"
+
+namespace cloister::image {
+
+inline constexpr char kTestImageName[] = "test";
+inline constexpr char kFullImageName[] = "debian-12";
+// Bumped whenever a recipe changes what it puts in an image.
+inline constexpr char kTestRecipeVersion[] = "1";
+inline constexpr char kFullRecipeVersion[] = "1";
+
+struct BuildOptions {
+  std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
+  std::string work_dir;   // scratch space, removed at the end (default: OUT_DIR/../.work-NAME)
+  std::string cache_dir;  // Debian package cache (see debs.h)
+  ProgressSink progress;  // per-stage lines; may be empty
+  uint64_t disk_size_bytes = 0;  // 0: the recipe's default
+};
+
+// The tiny test image. Boots under TCG to its init in seconds; the init runs the boot hook.
+Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& options);
+
+}  // namespace cloister::image

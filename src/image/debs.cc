@@ -1,0 +1,184 @@
+#include "image/debs.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <map>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+#include "image/build_util.h"
+
+namespace cloister::image {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Holds an exclusive flock on CACHE/.lock for its lifetime.
+class CacheLock {
+ public:
+  static Result<CacheLock> Acquire(const std::string& cache_dir) {
+    RETURN_IF_ERROR(MakeDirs(cache_dir));
+    std::string path = cache_dir + "/.lock";
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoError("open " + path, errno);
+    while (flock(fd, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        int e = errno;
+        close(fd);
+        return ErrnoError("flock " + path, e);
+      }
+    }
+    return CacheLock(fd);
+  }
+  CacheLock(CacheLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  CacheLock& operator=(CacheLock&&) = delete;
+  ~CacheLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  explicit CacheLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+struct Candidate {
+  std::string version, arch, depends;
+};
+
+// One `apt-cache show` for all packages (each call loads apt's cache: about a second).
+Result<std::map<std::string, Candidate>> ShowCandidates(const std::vector<std::string>& packages) {
+  RunOptions opts;
+  opts.env_set = {{"LC_ALL", "C"}};
+  std::vector<std::string> argv{"apt-cache", "show", "--no-all-versions"};
+  argv.insert(argv.end(), packages.begin(), packages.end());
+  ASSIGN_OR_RETURN(auto r, RunProcess(argv, opts));
+  std::map<std::string, Candidate> found;
+  std::string name;
+  Candidate c;
+  auto flush = [&] {
+    if (!name.empty() && !found.count(name)) found[name] = c;
+    name.clear();
+    c = Candidate();
+  };
+  for (const std::string& line : Split(r.out, '\n')) {
+    if (line.empty()) flush();
+    if (StartsWith(line, "Package: ")) name = Trim(line.substr(9));
+    if (StartsWith(line, "Version: ")) c.version = Trim(line.substr(9));
+    if (StartsWith(line, "Architecture: ")) c.arch = Trim(line.substr(14));
+    if (StartsWith(line, "Depends: ")) c.depends = Trim(line.substr(9));
+  }
+  flush();
+  for (const auto& p : packages) {
+    auto it = found.find(p);
+    if (it == found.end()) {
+      return Error(ErrorCode::kNotFound, "Debian package not found: " + p,
+                   "run `apt-get update` so apt knows Debian 12's packages");
+    }
+    if (it->second.version.empty() || it->second.arch.empty()) {
+      return Error(ErrorCode::kCorrupt, "apt-cache show " + p + ": no Version/Architecture");
+    }
+  }
+  return found;
+}
+
+// apt-get download names files NAME_VERSION_ARCH.deb with ':' (epoch) written as %3a.
+std::string CacheFileName(const std::string& name, const Candidate& c) {
+  std::string v;
+  for (char ch : c.version) v += ch == ':' ? std::string("%3a") : std::string(1, ch);
+  return name + "_" + v + "_" + c.arch + ".deb";
+}
+
+}  // namespace
+
+Result<std::vector<DebPackage>> FetchDebs(const std::string& cache_dir,
+                                          const std::vector<std::string>& packages) {
+  ASSIGN_OR_RETURN(CacheLock lock, CacheLock::Acquire(cache_dir));
+  std::vector<DebPackage> out;
+  std::vector<std::string> missing;
+  ASSIGN_OR_RETURN(auto candidates, ShowCandidates(packages));
+  for (const auto& name : packages) {
+    const Candidate& c = candidates[name];
+    DebPackage p{name, c.version, c.arch, cache_dir + "/" + CacheFileName(name, c)};
+    if (access(p.path.c_str(), R_OK) != 0) missing.push_back(name + "=" + c.version);
+    out.push_back(std::move(p));
+  }
+  if (!missing.empty()) {
+    std::vector<std::string> argv{"apt-get", "download", "-q", "-o", "APT::Sandbox::User=root"};
+    argv.insert(argv.end(), missing.begin(), missing.end());
+    RunOptions opts;
+    opts.cwd = cache_dir;
+    opts.env_set = {{"LC_ALL", "C"}};
+    auto r = RunProcessChecked(argv, opts);
+    if (!r.ok()) {
+      return r.error().WithContext("downloading Debian packages").WithHint(
+          "check that apt can reach Debian's archive (apt-get update)");
+    }
+  }
+  for (const auto& p : out) {
+    if (access(p.path.c_str(), R_OK) != 0) {
+      return Error(ErrorCode::kNotFound, "apt-get download did not produce " + p.path);
+    }
+  }
+  return out;
+}
+
+Result<std::string> StandardKernelPackage() {
+  ASSIGN_OR_RETURN(auto candidates, ShowCandidates({"linux-image-amd64"}));
+  const Candidate& c = candidates["linux-image-amd64"];
+  for (const std::string& dep : Split(c.depends, ',')) {
+    std::string name = Trim(dep.substr(0, dep.find('(')));
+    if (StartsWith(name, "linux-image-") && EndsWith(name, "-amd64") &&
+        name.find("cloud") == std::string::npos && name.find("-rt-") == std::string::npos) {
+      return name;
+    }
+  }
+  return Error(ErrorCode::kNotFound,
+               "linux-image-amd64 does not depend on a standard amd64 kernel: " + c.depends);
+}
+
+Status ExtractDeb(const std::string& deb, const std::string& dir) {
+  RETURN_IF_ERROR(MakeDirs(dir));
+  auto r = RunProcessChecked({"dpkg-deb", "-x", deb, dir});
+  if (!r.ok()) return r.error();
+  return OkStatus();
+}
+
+Result<KernelTree> PrepareKernel(const std::string& cache_dir, const DebPackage& kernel_deb) {
+  ASSIGN_OR_RETURN(CacheLock lock, CacheLock::Acquire(cache_dir));
+  std::string stem = fs::path(kernel_deb.path).stem().string();
+  std::string dir = cache_dir + "/kernels/" + stem;
+  if (access((dir + "/.complete").c_str(), F_OK) != 0) {
+    std::string tmp = dir + ".tmp";
+    RETURN_IF_ERROR(RemoveTree(tmp));
+    RETURN_IF_ERROR(ExtractDeb(kernel_deb.path, tmp));
+    std::string release;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(tmp + "/lib/modules", ec)) {
+      release = e.path().filename().string();
+    }
+    if (release.empty()) {
+      return Error(ErrorCode::kCorrupt, kernel_deb.path + " has no lib/modules/RELEASE");
+    }
+    auto d = RunProcessChecked({"depmod", "-b", tmp, release});
+    if (!d.ok()) return d.error().WithContext("depmod");
+    RETURN_IF_ERROR(WriteFile(tmp + "/.complete", release + "\n"));
+    RETURN_IF_ERROR(RemoveTree(dir));
+    fs::rename(tmp, dir, ec);
+    if (ec) return ErrnoError("rename " + tmp, ec.value());
+  }
+  ASSIGN_OR_RETURN(std::string release, ReadFile(dir + "/.complete"));
+  release = Trim(release);
+  KernelTree k{dir, release, dir + "/boot/vmlinuz-" + release, dir + "/lib/modules/" + release};
+  if (access(k.vmlinuz.c_str(), R_OK) != 0) {
+    return Error(ErrorCode::kCorrupt, "kernel package has no " + k.vmlinuz);
+  }
+  return k;
+}
+
+}  // namespace cloister::image

@@ -1,0 +1,224 @@
+// The test image recipe: Debian's .deb files extracted into a directory (no package manager),
+// post-install steps for busybox, users, init and the boot hook, a small initramfs of our own.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <filesystem>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+#include "catalog/names.h"
+#include "catalog/sha256.h"
+#include "image/boot_hook.h"
+#include "image/builder.h"
+#include "image/debs.h"
+#include "image/kmod.h"
+
+namespace cloister::image {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kTestDiskSize = 256ull << 20;
+
+// Everything in the test rootfs: busybox, tmux and the libraries tmux needs, C.UTF-8 (tmux wants
+// a UTF-8 locale), terminfo.
+const std::vector<std::string>& TestPackages() {
+  static const std::vector<std::string> k{"busybox-static", "libc6",         "libc-bin",
+                                          "libgcc-s1",      "libtinfo6",     "libevent-core-2.1-7",
+                                          "libutempter0",   "ncurses-base",  "tmux"};
+  return k;
+}
+
+// Modules the initramfs loads (with their dependencies): disks, console, net, rng, ext4, 9p.
+const std::vector<std::string>& InitramfsModules() {
+  static const std::vector<std::string> k{"virtio_pci",    "virtio_blk",     "virtio_console",
+                                          "virtio_net",    "virtio_rng",     "crc32c_generic",
+                                          "ext4",          "9pnet_virtio",   "9p"};
+  return k;
+}
+
+std::vector<catalog::PostInstallStep> TestPostInstall() {
+  std::vector<catalog::PostInstallStep> steps;
+  steps.push_back({"prune",
+                   "rm -rf \"$1/usr/share/doc\" \"$1/usr/share/man\" \"$1/usr/share/info\" "
+                   "\"$1/usr/share/lintian\" \"$1/usr/share/locale\" \"$1/usr/share/bug\" "
+                   "\"$1/usr/lib/x86_64-linux-gnu/gconv\"\n"});
+  steps.push_back({"busybox-links",
+                   "for p in $(\"$1/bin/busybox\" --list-full); do\n"
+                   "  [ -e \"$1/$p\" ] || [ -L \"$1/$p\" ] && continue\n"
+                   "  mkdir -p \"$1/$(dirname \"$p\")\"\n"
+                   "  ln -s /bin/busybox \"$1/$p\"\n"
+                   "done\n"});
+  steps.push_back({"users",
+                   "mkdir -p \"$1/etc\" \"$1/root\" \"$1/home/dev\"\n"
+                   "printf 'root:x:0:0:root:/root:/bin/sh\\ndev:x:1000:1000:dev:/home/dev:/bin/sh\\n'"
+                   " > \"$1/etc/passwd\"\n"
+                   "printf 'root:x:0:\\ndev:x:1000:\\n' > \"$1/etc/group\"\n"
+                   "printf 'root:*:19000:0:99999:7:::\\ndev:*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
+                   "chmod 0640 \"$1/etc/shadow\"\n"
+                   "chmod 0700 \"$1/root\"\n"
+                   "chown 1000:1000 \"$1/home/dev\"\n"
+                   "chmod 0755 \"$1/home/dev\"\n"});
+  steps.push_back({"init",
+                   "mkdir -p \"$1/dev\" \"$1/proc\" \"$1/sys\" \"$1/run\" \"$1/tmp\" \"$1/etc/init.d\"\n"
+                   "chmod 1777 \"$1/tmp\"\n"
+                   "echo cloister > \"$1/etc/hostname\"\n"
+                   "cat > \"$1/etc/inittab\" <<'EOF'\n"
+                   "::sysinit:/etc/init.d/rcS\n"
+                   "::once:/usr/lib/cloister/boot-hook\n"
+                   "::ctrlaltdel:/sbin/poweroff\n"
+                   "::shutdown:/bin/umount -a -r\n"
+                   "EOF\n"
+                   "cat > \"$1/etc/init.d/rcS\" <<'EOF'\n"
+                   "#!/bin/sh\n"
+                   "mount -t proc proc /proc\n"
+                   "mount -t sysfs sysfs /sys\n"
+                   "mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev\n"
+                   "mkdir -p /dev/pts /dev/shm\n"
+                   "mount -t devpts -o gid=5,mode=620 devpts /dev/pts\n"
+                   "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"
+                   "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run\n"
+                   "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp\n"
+                   "hostname -F /etc/hostname\n"
+                   "ip link set lo up\n"
+                   "EOF\n"
+                   "chmod 0755 \"$1/etc/init.d/rcS\"\n"
+                   "cat > \"$1/etc/profile\" <<'EOF'\n"
+                   "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+                   "export LANG=C.UTF-8\n"
+                   "EOF\n"});
+  steps.push_back(BootHookStep());
+  return steps;
+}
+
+std::string InitramfsInit(const std::vector<std::string>& module_paths) {
+  std::string list;
+  for (const auto& p : module_paths) list += " /lib/modules/" + p;
+  return "#!/bin/busybox sh\n"
+         "# cloister test-image initramfs: load modules, mount root=, switch_root to its init.\n"
+         "/bin/busybox mkdir -p /sbin /usr/bin /usr/sbin /proc /sys /dev /newroot\n"
+         "/bin/busybox --install -s\n"
+         "mount -t devtmpfs devtmpfs /dev\n"
+         "mount -t proc proc /proc\n"
+         "mount -t sysfs sysfs /sys\n"
+         "for m in" + list + "; do\n"
+         "  insmod \"$m\" 2>/dev/null || echo \"initramfs: cannot load $m\"\n"
+         "done\n"
+         "root=/dev/vda\n"
+         "mode=rw\n"
+         "for arg in $(cat /proc/cmdline); do\n"
+         "  case \"$arg\" in root=/dev/*) root=${arg#root=} ;; ro) mode=ro ;; rw) mode=rw ;; esac\n"
+         "done\n"
+         "i=0\n"
+         "while [ ! -b \"$root\" ] && [ $i -lt 200 ]; do i=$((i + 1)); sleep 0.05; done\n"
+         "if ! mount -t ext4 -o \"$mode\" \"$root\" /newroot; then\n"
+         "  echo \"initramfs: cannot mount $root\"\n"
+         "  exec sh\n"
+         "fi\n"
+         "mount --move /dev /newroot/dev\n"
+         "umount /proc /sys\n"
+         "exec switch_root /newroot /sbin/init\n";
+}
+
+std::string DebVersion(const std::vector<DebPackage>& debs, const std::string& name) {
+  for (const auto& d : debs) {
+    if (d.name == name) return d.version;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
+  if (o.out_dir.empty() || o.cache_dir.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "BuildTestImage: out_dir and cache_dir are required");
+  }
+  for (const char* tool : {"apt-get", "apt-cache", "dpkg-deb", "depmod", "mkfs.ext4", "cpio"}) {
+    if (!ProgramExists(tool)) {
+      return Error(ErrorCode::kUnavailable, std::string(tool) + " is not installed",
+                   "run scripts/install-deps.sh run");
+    }
+  }
+  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
+  RETURN_IF_ERROR(RemoveTree(work));
+  RETURN_IF_ERROR(MakeDirs(work));
+  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  Stages stages(o.progress, 6);
+
+  stages.Start("packages");
+  ASSIGN_OR_RETURN(std::string kernel_pkg, StandardKernelPackage());
+  std::vector<std::string> pkgs = TestPackages();
+  pkgs.push_back(kernel_pkg);
+  ASSIGN_OR_RETURN(std::vector<DebPackage> debs, FetchDebs(o.cache_dir, pkgs));
+  uint64_t deb_bytes = 0;
+  for (const auto& d : debs) deb_bytes += fs::file_size(d.path);
+  stages.Done(std::to_string(debs.size()) + " packages, " + FormatSize(deb_bytes));
+
+  stages.Start("kernel");
+  ASSIGN_OR_RETURN(KernelTree kernel, PrepareKernel(o.cache_dir, debs.back()));
+  RETURN_IF_ERROR(CopyFile(kernel.vmlinuz, o.out_dir + "/" + catalog::names::kKernelFile));
+  stages.Done(kernel_pkg + " " + debs.back().version + ", vmlinuz " +
+              FormatSize(fs::file_size(kernel.vmlinuz)));
+
+  stages.Start("rootfs");
+  std::string root = work + "/rootfs";
+  RETURN_IF_ERROR(MakeDirs(root));
+  for (size_t i = 0; i + 1 < debs.size(); ++i) RETURN_IF_ERROR(ExtractDeb(debs[i].path, root));
+  std::vector<catalog::PostInstallStep> steps = TestPostInstall();
+  RETURN_IF_ERROR(RunPostInstall(steps, root));
+  RETURN_IF_ERROR(NormalizeMtimes(root, kSourceDateEpoch));
+  stages.Done(FormatSize(TreeBytes(root)) + ", " + std::to_string(steps.size()) +
+              " post-install steps");
+
+  stages.Start("initramfs");
+  std::string ir = work + "/initramfs";
+  RETURN_IF_ERROR(MakeDirs(ir + "/bin"));
+  RETURN_IF_ERROR(CopyFile(root + "/bin/busybox", ir + "/bin/busybox"));
+  if (chmod((ir + "/bin/busybox").c_str(), 0755) != 0) return ErrnoError("chmod busybox", errno);
+  ASSIGN_OR_RETURN(std::string dep, ReadFile(kernel.modules + "/modules.dep"));
+  ASSIGN_OR_RETURN(std::vector<std::string> order, ModuleLoadOrder(dep, InitramfsModules()));
+  for (const auto& rel : order) {
+    std::string dst = ir + "/lib/modules/" + rel;
+    RETURN_IF_ERROR(MakeDirs(fs::path(dst).parent_path().string()));
+    RETURN_IF_ERROR(CopyFile(kernel.modules + "/" + rel, dst));
+  }
+  RETURN_IF_ERROR(WriteFile(ir + "/init", InitramfsInit(order), 0755));
+  std::string initrd = o.out_dir + "/" + catalog::names::kInitrdFile;
+  RETURN_IF_ERROR(MakeCpio(ir, initrd, kSourceDateEpoch));
+  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(order.size()) + " modules");
+
+  stages.Start("disk");
+  std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
+  Ext4Options ext4;
+  ext4.label = "cloister-root";
+  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/uuid");
+  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/hash");
+  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
+  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
+  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes));
+
+  stages.Start("hash");
+  catalog::ImageEntry entry;
+  entry.name = kTestImageName;
+  entry.version = std::string(kTestRecipeVersion) + "+linux-" + debs.back().version + "+busybox-" +
+                  DebVersion(debs, "busybox-static");
+  entry.arch = "amd64";
+  entry.kernel_cmdline = kKernelCmdline;
+  entry.post_install = steps;
+  for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
+                            std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
+                            std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
+    ASSIGN_OR_RETURN(catalog::FileDigest d, catalog::Sha256File(o.out_dir + "/" + file));
+    entry.artifacts.push_back({role, file, d.size, d.sha256});
+  }
+  RETURN_IF_ERROR(RemoveTree(work));
+  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
+  return entry;
+}
+
+}  // namespace cloister::image

@@ -1,0 +1,42 @@
+// Test helpers for image builds and for other modules' VM tests (tests only).
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include "base/result.h"
+#include "catalog/entry.h"
+
+namespace cloister::image::testing {
+
+// The Debian package cache shared by tests across runs: $CLOISTER_BINARY_DIR/test-cache/debs
+// (ctest sets CLOISTER_BINARY_DIR), else /tmp/cloister-test-cache/debs.
+std::string TestCacheDir();
+
+struct SharedImage {
+  std::string dir;  // holds disk.raw, vmlinuz, initrd.img
+  catalog::ImageEntry entry;
+};
+
+// The test image, built once per build tree (under a lock, so parallel tests share one build) in
+// $CLOISTER_BINARY_DIR/test-cache/image-test/ and reused by later tests. Read-only for callers:
+// boot it with snapshot=on or clone it, never write to it. Rebuilt when the recipe version
+// changes. Use this in VM tests of other modules.
+Result<SharedImage> SharedTestImage();
+
+class TempDir {
+ public:
+  TempDir() {
+    char t[] = "/tmp/cloister-image-XXXXXX";
+    path_ = mkdtemp(t);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace cloister::image::testing
