@@ -210,8 +210,201 @@ def verify(method, target, headers, body, cfg):
     return True, 'ok', body
 
 
+class Upstream:
+    """State of the fake AWS upstream: objects, multipart uploads, and a log of every verdict."""
+
+    def __init__(self, creds, log_path):
+        import threading
+        self.creds = creds
+        self.log_path = log_path
+        self.lock = threading.Lock()
+        self.objects = {}
+        self.uploads = {}
+        self.next_upload = 1
+
+    def log(self, entry):
+        with self.lock, open(self.log_path, 'a') as f:
+            f.write(json.dumps(entry) + '\n')
+
+
+def _xml(body):
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n' + body).encode()
+
+
+def make_handler(up):
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = 'HTTP/1.1'
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code, body=b'', headers=None):
+            self.send_response(code)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            if self.command != 'HEAD':
+                self.wfile.write(body)
+
+        def _body(self):
+            if self.headers.get('Transfer-Encoding', '').lower() == 'chunked':
+                out = b''
+                while True:
+                    size = int(self.rfile.readline().split(b';')[0], 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b'\r\n', b'\n', b''):
+                            pass
+                        return out
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            return self.rfile.read(int(self.headers.get('Content-Length') or 0))
+
+        def _handle(self):
+            body = self._body()
+            headers = list(self.headers.items())
+            ok, reason, data = verify(self.command, self.path, headers, body, up.creds)
+            streaming = _header(headers, 'x-amz-content-sha256') == STREAMING
+            up.log({'method': self.command, 'path': self.path.split('?')[0], 'ok': ok, 'reason': reason,
+                    'streaming': streaming, 'bytes': len(data or b'')})
+            if not ok:
+                code = 'SignatureDoesNotMatch' if 'Signature' in reason or 'chunk' in reason else 'InvalidClientTokenId'
+                err = '<Error><Code>%s</Code><Message>%s</Message></Error>' % (code, reason)
+                if self.command == 'POST' and b'Action=' in body:
+                    err = '<ErrorResponse>%s<RequestId>1</RequestId></ErrorResponse>' % err
+                return self._send(403, _xml(err), {'Content-Type': 'text/xml'})
+            host = (_header(headers, 'host') or '').split(':')[0]
+            url = urlsplit(self.path)
+            q = dict(parse_qsl(url.query, keep_blank_values=True))
+            if host.startswith('sts.') or (self.command == 'POST' and b'GetCallerIdentity' in (data or b'')):
+                return self._send(200, _xml(
+                    '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+                    '<GetCallerIdentityResult><Arn>arn:aws:iam::123456789012:user/cloister-test</Arn>'
+                    '<UserId>AIDACLOISTERTEST</UserId><Account>123456789012</Account>'
+                    '</GetCallerIdentityResult><ResponseMetadata><RequestId>1</RequestId>'
+                    '</ResponseMetadata></GetCallerIdentityResponse>'), {'Content-Type': 'text/xml'})
+            # S3, path style or virtual-hosted style.
+            path = url.path
+            if '.s3.' in host and not host.startswith('s3.'):
+                key = host.split('.s3.')[0] + path
+            else:
+                key = path.lstrip('/')
+                key = key if '/' in key else key + '/'
+            key = key.lstrip('/')
+            if self.command == 'POST' and 'uploads' in q:
+                uid = 'upload%d' % up.next_upload
+                up.next_upload += 1
+                up.uploads[uid] = {}
+                bucket, _, obj = key.partition('/')
+                return self._send(200, _xml('<InitiateMultipartUploadResult><Bucket>%s</Bucket><Key>%s</Key>'
+                                            '<UploadId>%s</UploadId></InitiateMultipartUploadResult>' % (bucket, obj, uid)))
+            if self.command == 'PUT' and 'uploadId' in q:
+                up.uploads[q['uploadId']][int(q['partNumber'])] = data
+                return self._send(200, b'', {'ETag': '"%s"' % hashlib.md5(data).hexdigest()})
+            if self.command == 'POST' and 'uploadId' in q:
+                parts = up.uploads.pop(q['uploadId'])
+                up.objects[key] = b''.join(parts[n] for n in sorted(parts))
+                bucket, _, obj = key.partition('/')
+                return self._send(200, _xml('<CompleteMultipartUploadResult><Bucket>%s</Bucket><Key>%s</Key>'
+                                            '<ETag>"%s-%d"</ETag></CompleteMultipartUploadResult>' %
+                                            (bucket, obj, hashlib.md5(up.objects[key]).hexdigest(), len(parts))))
+            if self.command == 'PUT':
+                up.objects[key] = data
+                return self._send(200, b'', {'ETag': '"%s"' % hashlib.md5(data).hexdigest()})
+            if self.command in ('GET', 'HEAD'):
+                if key not in up.objects:
+                    return self._send(404, _xml('<Error><Code>NoSuchKey</Code></Error>'))
+                obj = up.objects[key]
+                hdrs = {'ETag': '"%s"' % hashlib.md5(obj).hexdigest(), 'Accept-Ranges': 'bytes',
+                        'Last-Modified': 'Mon, 30 Nov 2026 10:00:00 GMT',
+                        'Content-Type': 'application/octet-stream'}
+                rng = _header(headers, 'range')
+                if rng and rng.startswith('bytes='):
+                    first, _, last = rng[len('bytes='):].partition('-')
+                    first, last = int(first), min(int(last or len(obj) - 1), len(obj) - 1)
+                    hdrs['Content-Range'] = 'bytes %d-%d/%d' % (first, last, len(obj))
+                    return self._send(206, obj[first:last + 1], hdrs)
+                return self._send(200, obj, hdrs)
+            return self._send(400, _xml('<Error><Code>NotImplemented</Code></Error>'))
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+    return Handler
+
+
+def serve(argv):
+    """serve CREDS_JSON LOG PORT_FILE PID_FILE [CERT KEY]: daemonises once listening."""
+    import os
+    import ssl
+    from http.server import ThreadingHTTPServer
+    creds = json.load(open(argv[0]))
+    up = Upstream(creds, argv[1])
+    srv = ThreadingHTTPServer(('127.0.0.1', 0), make_handler(up))
+    srv.daemon_threads = True
+    if len(argv) > 4:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(argv[4], argv[5])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    ready_r, ready_w = os.pipe()
+    if os.fork() > 0:
+        os.close(ready_w)
+        os.read(ready_r, 1)  # returns once the child is listening and has written its files
+        os._exit(0)
+    os.close(ready_r)
+    os.setsid()
+    with open(argv[3] + '.tmp', 'w') as f:
+        f.write(str(os.getpid()))
+    os.rename(argv[3] + '.tmp', argv[3])
+    with open(argv[2] + '.tmp', 'w') as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(argv[2] + '.tmp', argv[2])
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.write(ready_w, b'1')
+    os.close(ready_w)
+    srv.serve_forever()
+
+
+def put_streaming(argv):
+    """put-streaming ENDPOINT(host:port) BUCKET/KEY SIZE < creds: sends one aws-chunked upload (64 KiB
+    chunks, signed with creds) over plain HTTP; prints the status code."""
+    import http.client
+    creds = _creds(json.load(sys.stdin))
+    host, path, size = argv[0], '/' + argv[1], int(argv[2])
+    data = bytes((i * 31 + 7) & 0xff for i in range(size))
+    chunk = 65536
+    sizes = [len(data[i:i + chunk]) for i in range(0, len(data), chunk)]
+    enc_len = sum(len('%x;chunk-signature=' % n) + 64 + 2 + n + 2 for n in sizes) + len('0;chunk-signature=') + 64 + 4
+    headers = {'Content-Encoding': 'aws-chunked', 'X-Amz-Content-SHA256': STREAMING,
+               'X-Amz-Decoded-Content-Length': str(len(data)), 'Content-Length': str(enc_len)}
+    req = AWSRequest(method='PUT', url='http://%s%s' % (host, path), headers=headers)
+    SigV4Auth(creds, 's3', 'us-east-1').add_auth(req)
+    seed = req.headers['Authorization'].rsplit('Signature=', 1)[1]
+    amz_date = req.headers['X-Amz-Date']
+    key = _signing_key(creds.secret_key, amz_date[:8], 'us-east-1', 's3')
+    body = _chunked(data, chunk, key, amz_date, '%s/us-east-1/s3/aws4_request' % amz_date[:8], seed)
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.putrequest('PUT', path, skip_host=True, skip_accept_encoding=True)
+    conn.putheader('Host', host)
+    for k, v in req.headers.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    for i in range(0, len(body), 10000):  # stream it in pieces
+        conn.send(body[i:i + 10000])
+    resp = conn.getresponse()
+    print(resp.status, hashlib.sha256(data).hexdigest())
+    resp.read()
+
+
 def main():
     cmd = sys.argv[1]
+    if cmd == 'put-streaming':
+        return put_streaming(sys.argv[2:])
+    if cmd == 'serve':
+        return serve(sys.argv[2:])
     if cmd == 'sign':
         print(json.dumps({'requests': sign_all(json.load(sys.stdin))}))
     elif cmd == 'verify':
