@@ -42,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MuxOptions options;
   options.role = MuxRole::kHost;
   options.max_streams = 4;
+  options.session = 1;  // the corpus answers HELLO with session 1
   auto mux = Mux::Create(sv[0], options);
   if (!mux.ok()) return 0;
   (*mux)->RegisterService("proxy", [](int fd, const std::vector<std::string>&) { close(fd); });

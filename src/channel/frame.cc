@@ -74,15 +74,17 @@ void EncodeFrame(FrameType type, uint32_t stream, std::string_view payload, std:
   out.append(payload);
 }
 
-std::string EncodeHello() {
+std::string EncodeHello(uint64_t session) {
   std::string p;
   PutU32(kProtocolMagic, p);
   PutU32(kProtocolVersion, p);
+  PutU32(static_cast<uint32_t>(session >> 32), p);
+  PutU32(static_cast<uint32_t>(session), p);
   return p;
 }
 
-Status ParseHello(std::string_view payload) {
-  if (payload.size() != 8) return Corrupt("HELLO payload must be 8 bytes");
+Result<uint64_t> ParseHello(std::string_view payload) {
+  if (payload.size() != kHelloPayloadSize) return Corrupt("HELLO payload must be 16 bytes");
   auto* p = reinterpret_cast<const unsigned char*>(payload.data());
   if (GetU32(p) != kProtocolMagic) return Corrupt("HELLO has a bad magic number");
   uint32_t version = GetU32(p + 4);
@@ -92,7 +94,27 @@ Status ParseHello(std::string_view payload) {
                      std::to_string(kProtocolVersion),
                  "the guest agent comes from the metadata disk: restart the workspace");
   }
-  return OkStatus();
+  return (uint64_t{GetU32(p + 8)} << 32) | GetU32(p + 12);
+}
+
+std::optional<size_t> FindHelloFrame(std::string_view bytes, size_t* keep) {
+  // The fixed prefix of every HELLO frame: header (length 16, stream 0, type 1) + magic.
+  std::string prefix;
+  PutU32(kHelloPayloadSize, prefix);
+  PutU32(0, prefix);
+  prefix.push_back(static_cast<char>(FrameType::kHello));
+  PutU32(kProtocolMagic, prefix);
+  size_t pos = bytes.find(prefix);
+  if (pos != std::string_view::npos && bytes.size() - pos >= kHelloFrameSize) {
+    *keep = 0;
+    return pos;
+  }
+  if (pos != std::string_view::npos) {
+    *keep = bytes.size() - pos;  // an incomplete HELLO: keep it whole
+  } else {
+    *keep = std::min(bytes.size(), prefix.size() - 1);
+  }
+  return std::nullopt;
 }
 
 bool IsValidServiceName(std::string_view name) {
@@ -182,6 +204,15 @@ void FrameDecoder::Feed(std::string_view data) {
   buffer_.append(data);
 }
 
+std::string FrameDecoder::TakeBuffered() {
+  std::string rest = buffer_.substr(offset_);
+  buffer_.clear();
+  offset_ = 0;
+  failed_ = false;
+  failure_.clear();
+  return rest;
+}
+
 Result<std::optional<Frame>> FrameDecoder::Next() {
   // SECURITY: the header is validated (length bound, known type, stream id rules, per-type
   // payload size) before the payload is buffered or copied.
@@ -211,7 +242,7 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
   }
   switch (type) {
     case FrameType::kHello:
-      if (length != 8) return fail("HELLO payload must be 8 bytes");
+      if (length != kHelloPayloadSize) return fail("HELLO payload must be 16 bytes");
       break;
     case FrameType::kOpenOk:
     case FrameType::kEof:

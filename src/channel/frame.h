@@ -38,7 +38,7 @@ inline constexpr size_t kMaxOpenArgLen = 4096;
 inline constexpr size_t kMaxReasonLen = 512;
 
 enum class FrameType : uint8_t {
-  kHello = 1,      // stream 0; payload: u32 magic, u32 version
+  kHello = 1,      // stream 0; payload: u32 magic, u32 version, u64 session id
   kOpen = 2,       // payload: OpenRequest (service name + bounded args)
   kOpenOk = 3,     // empty
   kOpenFail = 4,   // payload: reason text
@@ -66,9 +66,18 @@ struct OpenRequest {
 // Appends the encoded frame to `out`. The caller guarantees payload.size() <= kMaxPayload.
 void EncodeFrame(FrameType type, uint32_t stream, std::string_view payload, std::string& out);
 
-std::string EncodeHello();
-// SECURITY: validates magic and version of a peer's HELLO payload.
-Status ParseHello(std::string_view payload);
+// Each host connection picks a random session id; the guest answers with the same id. A HELLO
+// with a new id tells the guest the host side restarted (resume, supervisor restart).
+inline constexpr size_t kHelloPayloadSize = 16;
+inline constexpr size_t kHelloFrameSize = kHeaderSize + kHelloPayloadSize;
+std::string EncodeHello(uint64_t session);
+// SECURITY: validates magic and version of a peer's HELLO payload; returns its session id.
+Result<uint64_t> ParseHello(std::string_view payload);
+
+// Finds the first complete HELLO frame in `bytes` (used to resynchronise a byte pipe that may
+// start with stale bytes of an earlier session). Returns its offset, or std::nullopt; `keep` is
+// set to how many trailing bytes may still begin a HELLO and must be kept for the next search.
+std::optional<size_t> FindHelloFrame(std::string_view bytes, size_t* keep);
 
 Result<std::string> EncodeOpen(const OpenRequest& request);  // fails if limits are exceeded
 // SECURITY: bounded parse of a peer's OPEN payload; rejects trailing bytes and bad names.
@@ -94,6 +103,8 @@ class FrameDecoder {
   // malformed header or a payload whose size is illegal for its type.
   Result<std::optional<Frame>> Next();
   size_t buffered() const { return buffer_.size() - offset_; }
+  // Returns and drops the unconsumed bytes, and clears a failure (used to resynchronise).
+  std::string TakeBuffered();
 
  private:
   std::string buffer_;

@@ -22,7 +22,7 @@ std::vector<Frame> DecodeAll(const std::string& bytes, size_t chunk) {
 
 TEST(FrameTest, RoundTripsEveryTypeWholeAndByteByByte) {
   std::string bytes;
-  EncodeFrame(FrameType::kHello, 0, EncodeHello(), bytes);
+  EncodeFrame(FrameType::kHello, 0, EncodeHello(0x0123456789abcdefULL), bytes);
   auto open = EncodeOpen({"exec", {"a", "", std::string(100, 'x')}});
   ASSERT_TRUE(open.ok());
   EncodeFrame(FrameType::kOpen, 1, *open, bytes);
@@ -36,7 +36,7 @@ TEST(FrameTest, RoundTripsEveryTypeWholeAndByteByByte) {
     auto frames = DecodeAll(bytes, chunk);
     ASSERT_EQ(frames.size(), 8u);
     EXPECT_EQ(frames[0].type, FrameType::kHello);
-    EXPECT_TRUE(ParseHello(frames[0].payload).ok());
+    EXPECT_EQ(*ParseHello(frames[0].payload), 0x0123456789abcdefULL);
     auto req = ParseOpen(frames[1].payload);
     ASSERT_TRUE(req.ok());
     EXPECT_EQ(req->service, "exec");
@@ -74,7 +74,7 @@ TEST(FrameTest, RejectsOversizedLengthBeforeBufferingPayload) {
 TEST(FrameTest, RejectsUnknownTypesWrongStreamsAndBadSizes) {
   EXPECT_NE(DecodeError(RawHeader(0, 1, 0)).message().find("unknown frame type"), std::string::npos);
   EXPECT_NE(DecodeError(RawHeader(0, 1, 99)).message().find("unknown frame type"), std::string::npos);
-  EXPECT_NE(DecodeError(RawHeader(8, 3, 1)).message().find("wrong stream"), std::string::npos);
+  EXPECT_NE(DecodeError(RawHeader(16, 3, 1)).message().find("wrong stream"), std::string::npos);
   EXPECT_NE(DecodeError(RawHeader(1, 0, 5)).message().find("wrong stream"), std::string::npos);
   EXPECT_NE(DecodeError(RawHeader(0, 1, 5)).message().find("empty DATA"), std::string::npos);
   EXPECT_NE(DecodeError(RawHeader(3, 1, 6)).message().find("WINDOW"), std::string::npos);
@@ -108,8 +108,8 @@ TEST(FrameTest, ParseOpenIsBounded) {
 }
 
 TEST(FrameTest, HelloChecksMagicAndVersion) {
-  std::string h = EncodeHello();
-  EXPECT_TRUE(ParseHello(h).ok());
+  std::string h = EncodeHello(42);
+  EXPECT_EQ(*ParseHello(h), 42u);
   std::string bad_magic = h;
   bad_magic[0] = 'X';
   EXPECT_EQ(ParseHello(bad_magic).error().code(), ErrorCode::kCorrupt);
@@ -117,6 +117,22 @@ TEST(FrameTest, HelloChecksMagicAndVersion) {
   v2[7] = 2;
   EXPECT_EQ(ParseHello(v2).error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_FALSE(ParseHello(h.substr(0, 7)).ok());
+}
+
+TEST(FrameTest, FindsHelloAfterStaleBytesAndKeepsPartialOnes) {
+  std::string hello;
+  EncodeFrame(FrameType::kHello, 0, EncodeHello(7), hello);
+  std::string stale = "\x00\x00\x10\x00\x00\x00\x00\x02\x05garbage";
+  size_t keep = 99;
+  auto at = FindHelloFrame(stale + hello + "tail", &keep);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(*at, stale.size());
+  EXPECT_EQ(*ParseHello(std::string_view(stale + hello).substr(*at + kHeaderSize, 16)), 7u);
+  // A HELLO cut in half is not found, and its beginning is kept for the next search.
+  EXPECT_FALSE(FindHelloFrame(stale + hello.substr(0, 20), &keep).has_value());
+  EXPECT_EQ(keep, 20u);
+  EXPECT_FALSE(FindHelloFrame(std::string(1000, 'x'), &keep).has_value());
+  EXPECT_EQ(keep, 12u);
 }
 
 TEST(FrameTest, WindowRangeAndTextSanitizing) {

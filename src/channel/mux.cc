@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +26,17 @@ constexpr size_t kOutboundSoftCap = 256 * 1024;
 // provoke without reading them).
 constexpr size_t kOutboundHardCap = 1024 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
+// Stale bytes skipped while waiting for the peer's HELLO before giving up.
+constexpr size_t kMaxPreHelloBytes = 16 * 1024 * 1024;
+constexpr auto kHelloResend = std::chrono::milliseconds(500);
+
+uint64_t RandomSession() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != sizeof v || v == 0) {
+    v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
+  }
+  return v;
+}
 
 Status SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
@@ -62,8 +74,11 @@ struct Stream {
 class Mux::Impl {
  public:
   Impl(int fd, MuxOptions options) : chan_fd_(fd), opt_(std::move(options)) {
-    next_id_ = opt_.role == MuxRole::kHost ? 1 : 2;
-    Queue(FrameType::kHello, 0, EncodeHello());
+    next_id_ = FirstId();
+    if (opt_.role == MuxRole::kHost) {
+      session_ = opt_.session ? opt_.session : RandomSession();
+      SendHello();
+    }
   }
 
   ~Impl() {
@@ -115,7 +130,10 @@ class Mux::Impl {
 
   void SendReady(const std::string& info) {
     std::string text = SanitizeText(info);
-    Post([this, text] { Queue(FrameType::kReady, 0, text); });
+    Post([this, text] {
+      ready_info_ = text;
+      if (hello_received_) Queue(FrameType::kReady, 0, text);
+    });
   }
 
   void Stop() {
@@ -168,6 +186,87 @@ class Mux::Impl {
     EncodeFrame(type, stream, payload, outbuf_);
   }
 
+  uint32_t FirstId() const { return opt_.role == MuxRole::kHost ? 1 : 2; }
+
+  void SendHello() {
+    Queue(FrameType::kHello, 0, EncodeHello(session_));
+    last_hello_ = std::chrono::steady_clock::now();
+  }
+
+  // The session is up: run deferred opens, repeat READY.
+  void Establish() {
+    hello_received_ = true;
+    if (discarded_ > 0) Log("skipped " + std::to_string(discarded_) + " stale bytes before HELLO");
+    discarded_ = 0;
+    if (opt_.role == MuxRole::kGuest && !ready_info_.empty()) {
+      Queue(FrameType::kReady, 0, ready_info_);
+    }
+    auto pending = std::move(pending_opens_);
+    pending_opens_.clear();
+    for (auto& p : pending) DoOpen(p.service, std::move(p.args), p.fd, std::move(p.done));
+  }
+
+  // Guest: forget every stream of the previous session (their local sockets see EOF).
+  void ResetStreams(const std::string& why) {
+    std::vector<std::function<void(Status)>> pending;
+    for (auto& [id, s] : streams_) {
+      if (s.fd >= 0) close(s.fd);
+      if (s.open_done) pending.push_back(std::move(s.open_done));
+    }
+    streams_.clear();
+    next_id_ = FirstId();
+    last_peer_id_ = 0;
+    for (auto& d : pending) d(Error(ErrorCode::kUnavailable, why));
+  }
+
+  void StartGuestSession(uint64_t session) {
+    if (hello_received_ || !streams_.empty()) {
+      Log("host reconnected (new session): resetting streams");
+      ResetStreams("host reconnected");
+    }
+    session_ = session;
+    SendHello();
+    Establish();
+  }
+
+  // Looks for the peer's HELLO in scan_buf_, skipping stale bytes; then feeds the rest on.
+  void TrySync() {
+    while (!hello_received_ && !failure_) {
+      size_t keep = 0;
+      auto at = FindHelloFrame(scan_buf_, &keep);
+      if (!at) {
+        discarded_ += scan_buf_.size() - keep;
+        scan_buf_.erase(0, scan_buf_.size() - keep);
+        if (discarded_ > kMaxPreHelloBytes) {
+          if (opt_.role == MuxRole::kHost) {
+            Violation("no HELLO within " + std::to_string(kMaxPreHelloBytes) + " bytes");
+          } else {
+            discarded_ = 0;
+          }
+        }
+        return;
+      }
+      discarded_ += *at;
+      auto session = ParseHello(std::string_view(scan_buf_).substr(*at + kHeaderSize,
+                                                                   kHelloPayloadSize));
+      std::string rest = scan_buf_.substr(*at + kHelloFrameSize);
+      scan_buf_.clear();
+      if (!session.ok()) return Fail(session.error());  // magic matched: a version mismatch
+      if (opt_.role == MuxRole::kHost) {
+        if (*session != session_) {  // an answer to an earlier connection's HELLO
+          discarded_ += kHelloFrameSize;
+          scan_buf_ = std::move(rest);
+          continue;
+        }
+        Establish();
+      } else {
+        StartGuestSession(*session);
+      }
+      decoder_ = FrameDecoder();
+      decoder_.Feed(rest);
+    }
+  }
+
   bool OursId(uint32_t id) const { return (id % 2 == 1) == (opt_.role == MuxRole::kHost); }
 
   void DoOpen(const std::string& service, std::vector<std::string> args, int local_fd,
@@ -177,6 +276,13 @@ class Mux::Impl {
       if (done) done(e);
     };
     if (failure_) return fail(*failure_);
+    if (!hello_received_) {
+      if (pending_opens_.size() >= opt_.max_streams) {
+        return fail(Error(ErrorCode::kBusy, "too many channel streams waiting for the peer"));
+      }
+      pending_opens_.push_back({service, std::move(args), local_fd, std::move(done)});
+      return;
+    }
     if (streams_.size() >= opt_.max_streams) {
       return fail(Error(ErrorCode::kBusy, "too many open channel streams"));
     }
@@ -200,6 +306,17 @@ class Mux::Impl {
   }
 
   void Violation(const std::string& what) {
+    if (opt_.role == MuxRole::kGuest) {
+      // The host is trusted by the guest: a broken byte stream means a stale or restarted host.
+      // Resynchronise on its next HELLO instead of ending.
+      Log("channel desynchronised (" + what + "): waiting for the host's HELLO");
+      ResetStreams("channel desynchronised");
+      hello_received_ = false;
+      scan_buf_ = decoder_.TakeBuffered();
+      decoder_ = FrameDecoder();
+      resync_ = true;
+      return;
+    }
     Fail(Error(ErrorCode::kCorrupt, "protocol violation by peer: " + what));
   }
 
@@ -214,15 +331,14 @@ class Mux::Impl {
   }
 
   void HandleFrame(Frame& f) {
-    if (!hello_received_) {
-      if (f.type != FrameType::kHello) return Violation("first frame is not HELLO");
-      if (auto st = ParseHello(f.payload); !st.ok()) return Fail(st.error());
-      hello_received_ = true;
-      return;
-    }
     switch (f.type) {
-      case FrameType::kHello:
-        return Violation("second HELLO");
+      case FrameType::kHello: {
+        if (opt_.role == MuxRole::kHost) return Violation("second HELLO");
+        auto session = ParseHello(f.payload);
+        if (!session.ok()) return Fail(session.error());
+        if (*session != session_) StartGuestSession(*session);
+        return;  // else a repeated HELLO of this session
+      }
       case FrameType::kReady: {
         if (opt_.role != MuxRole::kHost) return Violation("READY sent to the guest");
         std::string info = SanitizeText(f.payload);
@@ -231,6 +347,16 @@ class Mux::Impl {
         return;
       }
       case FrameType::kGoAway:
+        if (opt_.role == MuxRole::kGuest) {
+          // The host is going away (stop, suspend): wait for the next connection's HELLO.
+          Log("host said GOAWAY: " + SanitizeText(f.payload));
+          ResetStreams("host closed the channel");
+          hello_received_ = false;
+          scan_buf_ = decoder_.TakeBuffered();
+          decoder_ = FrameDecoder();
+          resync_ = true;
+          return;
+        }
         return Fail(Error(ErrorCode::kUnavailable,
                           "peer closed the channel: " + SanitizeText(f.payload)));
       case FrameType::kOpen:
@@ -346,12 +472,29 @@ class Mux::Impl {
       if (errno == ECONNRESET) return Fail(Error(ErrorCode::kUnavailable, "peer disconnected"));
       return Fail(ErrnoError("channel read", errno));
     }
-    decoder_.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    std::string_view data(buf, static_cast<size_t>(n));
+    if (hello_received_) {
+      decoder_.Feed(data);
+    } else {
+      scan_buf_ += data;
+    }
     while (!failure_) {
+      if (!hello_received_) {
+        TrySync();
+        if (!hello_received_) return;
+      }
       auto next = decoder_.Next();
-      if (!next.ok()) return Violation(next.error().message());
+      if (!next.ok()) {
+        Violation(next.error().message());
+        resync_ = false;
+        continue;  // the guest resynchronises; the host has failed and the loop ends
+      }
       if (!next->has_value()) break;
       HandleFrame(**next);
+      if (resync_) {
+        resync_ = false;
+        continue;
+      }
     }
   }
 
@@ -459,6 +602,7 @@ class Mux::Impl {
     for (auto& [id, s] : streams_) st.inbound_buffered += s.pending_in();
     st.outbound_buffered = OutPending();
     st.ready_received = ready_;
+    st.session_established = hello_received_;
     std::lock_guard<std::mutex> l(mu_);
     stats_ = st;
   }
@@ -490,7 +634,17 @@ class Mux::Impl {
         pfds.push_back({s.fd, ev, 0});
         ids.push_back(id);
       }
-      int r = poll(pfds.data(), pfds.size(), -1);
+      int timeout_ms = -1;
+      if (opt_.role == MuxRole::kHost && !hello_received_) {
+        auto since = std::chrono::steady_clock::now() - last_hello_;
+        if (since >= kHelloResend) {
+          if (OutPending() < 4096) SendHello();  // the guest may have missed it (stale bytes)
+          continue;
+        }
+        timeout_ms = static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(kHelloResend - since).count()) + 1;
+      }
+      int r = poll(pfds.data(), pfds.size(), timeout_ms);
       if (r < 0) {
         if (errno == EINTR) continue;
         Fail(ErrnoError("poll", errno));
@@ -543,6 +697,11 @@ class Mux::Impl {
       if (s.open_done) pending.push_back(std::move(s.open_done));
     }
     streams_.clear();
+    for (auto& p : pending_opens_) {
+      close(p.fd);
+      if (p.done) pending.push_back(std::move(p.done));
+    }
+    pending_opens_.clear();
     for (auto& d : pending) d(why);
     std::vector<std::function<void()>> cmds;
     {
@@ -582,8 +741,21 @@ class Mux::Impl {
   std::map<uint32_t, Stream> streams_;
   uint32_t next_id_;
   uint32_t last_peer_id_ = 0;
-  bool hello_received_ = false;
+  bool hello_received_ = false;  // the session is established
+  bool resync_ = false;
   bool ready_ = false;
+  uint64_t session_ = 0;
+  std::string scan_buf_;
+  size_t discarded_ = 0;
+  std::string ready_info_;
+  std::chrono::steady_clock::time_point last_hello_;
+  struct PendingOpen {
+    std::string service;
+    std::vector<std::string> args;
+    int fd;
+    std::function<void(Status)> done;
+  };
+  std::vector<PendingOpen> pending_opens_;
   std::optional<Error> failure_;
 };
 

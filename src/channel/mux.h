@@ -8,6 +8,11 @@
 // local fd consumes data) means a slow reader on one stream never blocks the others and never
 // grows memory past `max_streams * kInitialWindow` plus a bounded output queue.
 //
+// Sessions: the host sends HELLO(session id) until the guest answers with the same id; bytes
+// before that are stale (an earlier connection) and skipped, at most 16 MiB. A guest that gets a
+// HELLO with a new id resets all its streams and answers: the host side restarted. A protocol
+// error on the guest side resynchronises on the next HELLO instead of ending the loop.
+//
 // Threading: Start() runs the event loop (poll) on a thread the Mux owns. All public methods are
 // thread-safe. Callbacks (service handlers, OpenAsync completions, on_ready, on_closed) run on the
 // loop thread: they must not block and must not call Open() (use OpenAsync from there).
@@ -41,6 +46,8 @@ using ServiceHandler = std::function<void(int fd, const std::vector<std::string>
 
 struct MuxOptions {
   MuxRole role = MuxRole::kHost;
+  // Host: the session id sent in HELLO; 0 picks a random one (tests and fuzzers fix it).
+  uint64_t session = 0;
   // Most streams open at once (both directions together); OPENs beyond it get OPEN_FAIL.
   size_t max_streams = 64;
   // One-line diagnostics (violations, open failures). May be empty.
@@ -57,6 +64,7 @@ struct MuxStats {
   size_t inbound_buffered = 0;   // bytes received and not yet written to local fds
   size_t outbound_buffered = 0;  // bytes queued for the channel fd
   bool ready_received = false;
+  bool session_established = false;
   bool closed = false;
 };
 
@@ -87,7 +95,8 @@ class Mux {
   Result<int> Open(const std::string& service, std::vector<std::string> args,
                    std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-  // Guest: tells the host that a real terminal works. Re-sent by nobody: call once per session.
+  // Guest: tells the host that a real terminal works. The Mux remembers it and sends READY again
+  // in every later session (a new host connection after resume or a supervisor restart).
   void SendReady(const std::string& info);
 
   // Sends GOAWAY, closes every stream and the channel, joins the loop. Idempotent.

@@ -345,6 +345,95 @@ TEST(MuxTest, PeerDisconnectEndsTheLoopAndFailsOpens) {
   EXPECT_EQ(fd.error().code(), ErrorCode::kUnavailable);
 }
 
+// Copies bytes both ways between two fds until stopped.
+class Relay {
+ public:
+  Relay(int a, int b) : a_(a), b_(b), thread_([this] { Run(); }) {}
+  ~Relay() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{a_, POLLIN, 0}, {b_, POLLIN, 0}};
+      if (poll(p, 2, 20) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (!(p[i].revents & POLLIN)) continue;
+        ssize_t n = read(p[i].fd, buf, sizeof buf);
+        if (n > 0) WriteAll(i == 0 ? b_ : a_, std::string_view(buf, static_cast<size_t>(n)));
+      }
+    }
+  }
+  int a_, b_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(MuxTest, GuestResetsItsSessionWhenANewHostConnects) {
+  // The guest's port stays open while the host side is replaced (suspend/resume): the new host
+  // must get a working session, and READY again, even after torn bytes of the old one.
+  int g[2], h1[2], h2[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h1), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h2), 0);
+  MuxOptions go;
+  go.role = MuxRole::kGuest;
+  auto guest = Mux::Create(g[0], go).value();
+  guest->RegisterService("echo", EchoService);
+  ASSERT_TRUE(guest->Start().ok());
+  guest->SendReady("terminal ok");
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int readies = 0;
+  MuxOptions ho;
+  ho.on_ready = [&](const std::string& info) {
+    std::lock_guard<std::mutex> l(mu);
+    if (info == "terminal ok") ++readies;
+    cv.notify_all();
+  };
+  auto host1 = Mux::Create(h1[0], ho).value();
+  ASSERT_TRUE(host1->Start().ok());
+  auto relay1 = std::make_unique<Relay>(g[1], h1[1]);
+  auto old_stream = host1->Open("echo", {});
+  ASSERT_TRUE(old_stream.ok());
+  ASSERT_TRUE(WriteAll(*old_stream, "old"));
+  EXPECT_EQ(ReadExactly(*old_stream, 3), "old");
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return readies == 1; }));
+  }
+  relay1.reset();  // the old host vanishes without a word
+  host1.reset();
+  close(h1[1]);
+  // A torn frame of the old session reaches the guest first.
+  ASSERT_TRUE(WriteAll(g[1], std::string("\x00\x00\x00\x40\x00\x00\x00\x01\x05" "abc", 12)));
+
+  auto host2 = Mux::Create(h2[0], ho).value();
+  ASSERT_TRUE(host2->Start().ok());
+  Relay relay2(g[1], h2[1]);
+  auto fd = host2->Open("echo", {}, 20s);
+  ASSERT_TRUE(fd.ok()) << fd.error().message();
+  ASSERT_TRUE(WriteAll(*fd, "new"));
+  EXPECT_EQ(ReadExactly(*fd, 3), "new");
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return readies == 2; }));
+  }
+  // The old session's stream was reset on the guest: its echo saw EOF and closed.
+  close(*fd);
+  close(*old_stream);
+  relay2.Stop();
+  host2.reset();
+  guest.reset();
+  close(g[1]);
+  close(h2[1]);
+}
+
 TEST(MuxTest, StopIsCleanAndTellsThePeer) {
   MuxPair p;
   p.guest->RegisterService("echo", EchoService);
@@ -353,10 +442,11 @@ TEST(MuxTest, StopIsCleanAndTellsThePeer) {
   ASSERT_TRUE(fd.ok());
   p.host->Stop();
   EXPECT_EQ(p.host->Wait().code(), ErrorCode::kCancelled);
+  EXPECT_EQ(ReadToEof(*fd), "");  // the stream's local socket sees EOF
+  // GOAWAY resets the guest's session; the socket's EOF then ends its loop.
   Error g = p.guest->Wait();
   EXPECT_EQ(g.code(), ErrorCode::kUnavailable);
-  EXPECT_NE(g.message().find("channel stopped"), std::string::npos);
-  EXPECT_EQ(ReadToEof(*fd), "");  // the stream's local socket sees EOF
+  EXPECT_FALSE(p.guest->Stats().session_established);
   close(*fd);
 }
 
@@ -387,7 +477,14 @@ class HostileGuest : public ::testing::Test {
     ASSERT_TRUE(WriteAll(raw_, out));
   }
   void SendRaw(std::string_view bytes) { ASSERT_TRUE(WriteAll(raw_, bytes)); }
-  void Hello() { Send(FrameType::kHello, 0, EncodeHello()); }
+  // Answers the host's HELLO with its session id, as a guest does.
+  void Hello() {
+    std::string h = ReadExactly(raw_, kHelloFrameSize);
+    ASSERT_EQ(h.size(), kHelloFrameSize);
+    auto session = ParseHello(std::string_view(h).substr(kHeaderSize));
+    ASSERT_TRUE(session.ok());
+    Send(FrameType::kHello, 0, EncodeHello(*session));
+  }
   void OpenProxy(uint32_t id) { Send(FrameType::kOpen, id, *EncodeOpen({"proxy", {}})); }
 
   // Waits for the host to close the channel; returns its reason, and checks that it told us
@@ -414,11 +511,35 @@ class HostileGuest : public ::testing::Test {
   std::vector<int> service_fds_;
 };
 
-TEST_F(HostileGuest, FirstFrameMustBeHello) {
+TEST_F(HostileGuest, StaleBytesAndForeignSessionsBeforeHelloAreSkipped) {
+  OpenProxy(2);                                   // before any HELLO: stale, skipped
+  Send(FrameType::kHello, 0, EncodeHello(12345));  // an answer to another connection: skipped
+  SendRaw("\x00\x00\x01");                       // a torn frame
+  Hello();
   OpenProxy(2);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!service_fds_.empty()) break;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  EXPECT_EQ(service_fds_.size(), 1u);
+  EXPECT_TRUE(host_->Stats().session_established);
+}
+
+TEST_F(HostileGuest, SecondHelloClosesChannel) {
+  Hello();
+  Send(FrameType::kHello, 0, EncodeHello(1));
+  EXPECT_NE(ExpectClosed().message().find("second HELLO"), std::string::npos);
+}
+
+TEST_F(HostileGuest, WrongVersionClosesChannelWithHint) {
+  std::string h = EncodeHello(1);
+  h[7] = 9;
+  Send(FrameType::kHello, 0, h);
   Error e = ExpectClosed();
-  EXPECT_EQ(e.code(), ErrorCode::kCorrupt);
-  EXPECT_NE(e.message().find("first frame is not HELLO"), std::string::npos);
+  EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(e.message().find("version 9"), std::string::npos);
 }
 
 TEST_F(HostileGuest, OversizedFrameClosesChannel) {
