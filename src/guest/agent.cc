@@ -1,0 +1,494 @@
+#include "guest/agent.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "base/strings.h"
+#include "channel/exec_proto.h"
+#include "channel/mux.h"
+#include "guest/exec_server.h"
+#include "guest/spawn.h"
+
+namespace cloister::guest {
+namespace {
+
+constexpr char kVersion[] = "cloister-agent 1";
+
+class Logger {
+ public:
+  explicit Logger(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
+  void operator()(const std::string& line) const {
+    if (sink_) {
+      sink_(line);
+    } else {
+      std::cerr << "cloister-agent: " << line << std::endl;
+    }
+  }
+
+ private:
+  std::function<void(std::string_view)> sink_;
+};
+
+void MkdirP(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream m("/proc/self/mounts");
+  std::string dev, mnt;
+  std::string rest;
+  while (m >> dev >> mnt && std::getline(m, rest)) {
+    if (mnt == path) return true;
+  }
+  return false;
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+  MkdirP(std::filesystem::path(path).parent_path().string());
+  std::string tmp = path + ".cloister-tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("open " + tmp, errno);
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = write(fd, content.data() + off, content.size() - off);
+    if (n <= 0) {
+      int e = errno;
+      close(fd);
+      return ErrnoError("write " + tmp, e);
+    }
+    off += static_cast<size_t>(n);
+  }
+  fchmod(fd, mode);
+  fsync(fd);
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + path, errno);
+  return OkStatus();
+}
+
+}  // namespace
+
+void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
+  Logger log(o.log);
+  if (!c.hostname.empty() && sethostname(c.hostname.data(), c.hostname.size()) != 0) {
+    log("sethostname: " + std::string(std::strerror(errno)));
+  }
+  auto user = LookupUser(c.user, o.passwd_path, o.group_path);
+  // Home disk: ext4 with discard, so freed blocks shrink the image on the host.
+  if (!c.home_device.empty() && !c.home.empty()) {
+    MkdirP(c.home);
+    if (IsMountPoint(c.home)) {
+      log("home already mounted at " + c.home);
+    } else if (mount(c.home_device.c_str(), c.home.c_str(), "ext4", MS_NOATIME, "discard") != 0) {
+      log("mount " + c.home_device + " at " + c.home + ": " + std::strerror(errno));
+    } else {
+      log("mounted " + c.home_device + " at " + c.home);
+    }
+    if (user.ok()) {
+      struct stat st;
+      if (stat(c.home.c_str(), &st) == 0 && st.st_uid != user->uid) {
+        if (chown(c.home.c_str(), user->uid, user->gid) != 0) log("chown home failed");
+        chmod(c.home.c_str(), 0755);
+      }
+    }
+  }
+  for (const auto& s : c.shares) {
+    MkdirP(s.path);
+    if (user.ok() && StartsWith(s.path, c.home + "/")) {
+      // Parents created inside home belong to the user.
+      for (auto p = std::filesystem::path(s.path); p.string().size() > c.home.size();
+           p = p.parent_path()) {
+        if (chown(p.c_str(), user->uid, user->gid) != 0) break;
+      }
+    }
+    std::string opts = "trans=virtio,version=9p2000.L,msize=262144";
+    unsigned long flags = s.readonly ? MS_RDONLY : 0;
+    if (mount(s.tag.c_str(), s.path.c_str(), "9p", flags, opts.c_str()) != 0) {
+      log("mount 9p " + s.tag + " at " + s.path + ": " + std::strerror(errno));
+    } else {
+      log("mounted share " + s.tag + " at " + s.path);
+    }
+  }
+  if (auto st = WriteFileAtomic(o.profile_path, ProfileScript(c.env), 0644); !st.ok()) {
+    log(st.error().message());
+  }
+  for (const auto& f : c.files) {
+    if (auto st = WriteFileAtomic(f.path, f.content, f.mode); !st.ok()) {
+      log(st.error().message());
+      continue;
+    }
+    if (f.owner != "root") {
+      auto owner = LookupUser(f.owner, o.passwd_path, o.group_path);
+      if (owner.ok() && chown(f.path.c_str(), owner->uid, owner->gid) != 0) {
+        log("chown " + f.path + " failed");
+      }
+    }
+  }
+}
+
+Result<std::string> FindVirtioPort(const std::string& name, const std::string& sys_dir,
+                                   const std::string& dev_dir) {
+  DIR* d = opendir(sys_dir.c_str());
+  if (!d) return Error(ErrorCode::kNotFound, "no " + sys_dir + " (virtio_console not loaded?)");
+  std::string found;
+  while (dirent* e = readdir(d)) {
+    std::string entry = e->d_name;
+    if (entry == "." || entry == "..") continue;
+    std::ifstream f(sys_dir + "/" + entry + "/name");
+    std::string n;
+    std::getline(f, n);
+    if (Trim(n) == name) {
+      found = entry;
+      break;
+    }
+  }
+  closedir(d);
+  if (found.empty()) return Error(ErrorCode::kNotFound, "no virtio port named " + name);
+  std::string dev = dev_dir + "/" + found;
+  struct stat st;
+  if (stat(dev.c_str(), &st) != 0) {
+    std::ifstream f(sys_dir + "/" + found + "/dev");
+    std::string mm;
+    std::getline(f, mm);
+    auto parts = Split(Trim(mm), ':');
+    if (parts.size() != 2) return Error(ErrorCode::kNotFound, "no dev numbers for " + found);
+    dev_t num = makedev(std::stoul(parts[0]), std::stoul(parts[1]));
+    if (mknod(dev.c_str(), S_IFCHR | 0600, num) != 0) return ErrnoError("mknod " + dev, errno);
+  }
+  return dev;
+}
+
+Status CheckTerminal(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
+                     std::chrono::milliseconds timeout) {
+  SpawnSpec spec;
+  spec.argv = {user.shell};
+  spec.argv0 = "-" + user.shell.substr(user.shell.rfind('/') + 1);
+  spec.env = env;
+  spec.cwd = user.home;
+  if (switch_user) spec.user = user;
+  spec.tty = true;
+  ASSIGN_OR_RETURN(Spawned child, Spawn(spec));
+  std::random_device rd;
+  unsigned a = rd() % 100000 + 1000, b = rd() % 100000 + 1000;
+  // The shell must compute the answer: the terminal's echo of this line does not contain it.
+  std::string probe = "echo cloister-ready-$((" + std::to_string(a) + "+" + std::to_string(b) + "))\n";
+  std::string want = "cloister-ready-" + std::to_string(a + b);
+  std::string seen;
+  bool sent = false, ok = false;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!sent) {
+      sent = write(child.master, probe.data(), probe.size()) == static_cast<ssize_t>(probe.size());
+    }
+    pollfd p{child.master, POLLIN, 0};
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now()).count());
+    if (poll(&p, 1, std::max(1, std::min(left, 200))) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(child.master, buf, sizeof buf);
+    if (n <= 0 && errno != EAGAIN) break;
+    if (n > 0) seen.append(buf, static_cast<size_t>(n));
+    if (seen.find(want) != std::string::npos) {
+      ok = true;
+      break;
+    }
+    if (seen.size() > (1 << 20)) seen.erase(0, seen.size() - 4096);
+  }
+  ssize_t r = write(child.master, "exit\n", 5);
+  (void)r;
+  // Give the shell a moment to exit, then make sure it is gone.
+  for (int i = 0; i < 50; ++i) {
+    int status;
+    if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      child.pid = -1;
+      break;
+    }
+    pollfd p{child.pidfd, POLLIN, 0};
+    if (child.pidfd >= 0) poll(&p, 1, 20);
+  }
+  if (child.pid > 0) {
+    kill(-child.pid, SIGKILL);
+    int status;
+    waitpid(child.pid, &status, 0);
+  }
+  close(child.master);
+  if (child.pidfd >= 0) close(child.pidfd);
+  if (!ok) {
+    return Error(ErrorCode::kUnavailable, "login shell " + user.shell + " did not answer in a pty");
+  }
+  return OkStatus();
+}
+
+Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user) {
+  SpawnSpec spec;
+  spec.argv = {"tmux", "new-session", "-d", "-s", "cloister"};
+  spec.env = env;
+  bool has_term = false;
+  for (const auto& e : env) has_term |= StartsWith(e, "TERM=");
+  if (!has_term) spec.env.push_back("TERM=xterm-256color");
+  spec.cwd = user.home;
+  if (switch_user) spec.user = user;
+  spec.stdin_null = true;
+  // `has-session` first so an existing session is kept.
+  SpawnSpec has = spec;
+  has.argv = {"tmux", "has-session", "-t", "cloister"};
+  for (const SpawnSpec* s : {&has, &spec}) {
+    ASSIGN_OR_RETURN(Spawned child, Spawn(*s));
+    std::string err;
+    char buf[4096];
+    while (true) {
+      ssize_t n = read(child.err, buf, sizeof buf);
+      if (n > 0) {
+        if (err.size() < 4096) err.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        pollfd p{child.err, POLLIN, 0};
+        poll(&p, 1, 1000);
+        continue;
+      }
+      break;
+    }
+    int status = 0;
+    waitpid(child.pid, &status, 0);
+    for (int fd : {child.in, child.out, child.err, child.pidfd}) {
+      if (fd >= 0) close(fd);
+    }
+    bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (s == &has && success) return OkStatus();  // already running
+    if (s == &spec && !success) {
+      return Error(ErrorCode::kUnavailable, "tmux new-session failed: " + Trim(err));
+    }
+  }
+  return OkStatus();
+}
+
+Result<int> ListenOn(const std::string& spec, int* bound_port) {
+  if (StartsWith(spec, "unix:")) {
+    std::string path = spec.substr(5);
+    sockaddr_un addr{};
+    if (path.size() >= sizeof addr.sun_path) return Error(ErrorCode::kInvalidArgument, "path too long");
+    MkdirP(std::filesystem::path(path).parent_path().string());
+    unlink(path.c_str());
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError("socket", errno);
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 64) != 0) {
+      int e = errno;
+      close(fd);
+      return ErrnoError("listen on " + path, e);
+    }
+    chmod(path.c_str(), 0666);  // any guest user may reach the host service; the host decides
+    return fd;
+  }
+  if (StartsWith(spec, "tcp:")) {
+    std::string rest = spec.substr(4);
+    size_t colon = rest.rfind(':');
+    if (colon == std::string::npos) return Error(ErrorCode::kInvalidArgument, "tcp:HOST:PORT expected");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, rest.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+      return Error(ErrorCode::kInvalidArgument, "bad IPv4 address in " + spec);
+    }
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(rest.substr(colon + 1))));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError("socket", errno);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 64) != 0) {
+      int e = errno;
+      close(fd);
+      return ErrnoError("listen on " + spec, e);
+    }
+    if (bound_port) {
+      socklen_t len = sizeof addr;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+      *bound_port = ntohs(addr.sin_port);
+    }
+    return fd;
+  }
+  return Error(ErrorCode::kInvalidArgument, "listen spec must be tcp:HOST:PORT or unix:PATH");
+}
+
+namespace {
+
+// The current channel session, shared with the forwarders' accept threads.
+struct Shared {
+  std::mutex mu;
+  channel::Mux* mux = nullptr;
+};
+
+void AcceptLoop(int listen_fd, std::string service, Shared* shared, Logger log) {
+  while (true) {
+    int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      log("accept for " + service + ": " + std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // EMFILE: back off, not a test
+      continue;
+    }
+    std::lock_guard<std::mutex> l(shared->mu);
+    if (!shared->mux) {
+      close(conn);  // no host connected: the client sees the connection close
+      continue;
+    }
+    shared->mux->OpenAsync(service, {}, conn, [log, service](Status st) {
+      if (!st.ok()) log("forward to host service " + service + ": " + st.error().message());
+    });
+  }
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& o) {
+  Logger log(o.log);
+  signal(SIGPIPE, SIG_IGN);
+  std::string config_path = o.config_path.empty() ? o.meta_dir + "/config.json" : o.config_path;
+  auto config = LoadAgentConfig(config_path);
+  if (!config.ok()) {
+    log("fatal: " + config.error().message());
+    return 1;
+  }
+  log(std::string(kVersion) + " starting for workspace '" + config->workspace + "' boot " +
+      config->boot_id);
+  if (o.setup) ApplySetup(*config, o);
+
+  ExecServerOptions exec_opts;
+  exec_opts.base_env = config->env;
+  exec_opts.passwd_path = o.passwd_path;
+  exec_opts.group_path = o.group_path;
+  exec_opts.switch_user = o.switch_user;
+
+  Shared shared;
+  std::atomic<bool> ready{false};
+  std::string ready_info;
+
+  // Forwarded listeners live for the whole boot; connections go to the current session.
+  for (const auto& f : config->forwards) {
+    auto fd = ListenOn(f.listen);
+    if (!fd.ok()) {
+      log("forward " + f.listen + " -> " + f.service + ": " + fd.error().message());
+      continue;
+    }
+    std::thread(AcceptLoop, *fd, f.service, &shared, log).detach();
+    log("forwarding " + f.listen + " to host service " + f.service);
+  }
+
+  // The ready probe, then the tmux session, then READY (now and in every later session).
+  std::thread([&, cfg = *config] {
+    auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
+    if (!user.ok()) {
+      log("ready check: " + user.error().message());
+      return;
+    }
+    auto env = CommandEnv(*user, cfg.env, {}, "xterm-256color");
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
+    Status st = OkStatus();
+    do {
+      st = CheckTerminal(*user, env, o.switch_user, std::chrono::seconds(20));
+      if (st.ok()) break;
+      log("ready check: " + st.error().message() + " (retrying)");
+    } while (std::chrono::steady_clock::now() < deadline);
+    if (!st.ok()) {
+      log("ready check failed for good: not sending READY");
+      return;
+    }
+    if (auto t = EnsureTmuxSession(*user, env, o.switch_user); !t.ok()) {
+      log(t.error().message());
+    }
+    std::lock_guard<std::mutex> l(shared.mu);
+    ready_info = std::string(kVersion) + " boot " + cfg.boot_id;
+    ready = true;
+    log("terminal works: READY");
+    if (shared.mux) shared.mux->SendReady(ready_info);
+  }).detach();
+
+  // Channel sessions: one Mux per opening of the port; the host side may come and go.
+  bool logged_wait = false;
+  while (true) {
+    int fd = -1;
+    if (!o.channel_path.empty()) {
+      fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strncpy(addr.sun_path, o.channel_path.c_str(), sizeof addr.sun_path - 1);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(fd);
+        fd = -1;
+      }
+    } else {
+      auto dev = FindVirtioPort(config->channel_port);
+      if (dev.ok()) fd = open(dev->c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
+      if (fd >= 0) {
+        // The port reports POLLHUP until the host side connects.
+        pollfd p{fd, POLLOUT, 0};
+        if (poll(&p, 1, 0) >= 0 && (p.revents & POLLHUP)) {
+          close(fd);
+          fd = -1;
+        }
+      } else if (!logged_wait) {
+        log("waiting for the channel port: " +
+            (dev.ok() ? std::string(std::strerror(errno)) : dev.error().message()));
+      }
+    }
+    if (fd < 0) {
+      logged_wait = true;
+      // Waiting for a device or a host connection that gives no event: a short back-off.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    logged_wait = false;
+    channel::MuxOptions mo;
+    mo.role = channel::MuxRole::kGuest;
+    mo.log = [log](std::string_view line) { log("channel: " + std::string(line)); };
+    auto mux = channel::Mux::Create(fd, mo);
+    if (!mux.ok()) {
+      log(mux.error().message());
+      return 1;
+    }
+    (*mux)->RegisterService(channel::kExecService, [&exec_opts](int sfd, const std::vector<std::string>&) {
+      std::thread([sfd, &exec_opts] { ServeExec(sfd, exec_opts); }).detach();
+    });
+    {
+      std::lock_guard<std::mutex> l(shared.mu);
+      shared.mux = mux->get();
+      if (ready) (*mux)->SendReady(ready_info);
+    }
+    if (auto st = (*mux)->Start(); !st.ok()) {
+      log(st.error().message());
+      return 1;
+    }
+    log("channel open");
+    Error why = (*mux)->Wait();
+    log("channel closed: " + why.message());
+    {
+      std::lock_guard<std::mutex> l(shared.mu);
+      shared.mux = nullptr;
+    }
+    mux->reset();
+  }
+}
+
+}  // namespace cloister::guest

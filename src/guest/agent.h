@@ -1,0 +1,57 @@
+// cloister-agent: the guest side of a workspace. Started by the image's boot hook as root with
+// `--meta /run/cloister/meta`. Per boot it applies config.json (hostname, home disk, 9p shares,
+// environment, files), then serves the channel: `exec` streams from the host, guest-local
+// listeners forwarded to host services (proxy, ssh-agent, ...), and READY once a login shell in a
+// pty answers, after starting the `cloister` tmux session that `cloister attach` joins.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "guest/config.h"
+#include "guest/users.h"
+
+namespace cloister::guest {
+
+struct AgentOptions {
+  std::string meta_dir = "/run/cloister/meta";
+  std::string config_path;    // default: meta_dir/config.json
+  std::string channel_path;   // tests: a unix socket to connect to instead of the virtio port
+  bool setup = true;          // per-boot system setup (mounts, hostname, files); off in host tests
+  std::string passwd_path = "/etc/passwd";
+  std::string group_path = "/etc/group";
+  bool switch_user = true;
+  std::string profile_path = "/etc/profile.d/cloister.sh";
+  std::function<void(std::string_view)> log;  // default: stderr (the serial console)
+};
+
+// Runs until a fatal error (returns the process exit code). Normally never returns.
+int RunAgent(const AgentOptions& options);
+
+// Applies the per-boot system setup; each failing step is logged, not fatal.
+void ApplySetup(const AgentConfig& config, const AgentOptions& options);
+
+// Finds /dev/vportNpM whose /sys/class/virtio-ports/*/name is `name` (creating the node from its
+// dev numbers when there is no udev). kNotFound while the port has not appeared.
+Result<std::string> FindVirtioPort(const std::string& name,
+                                   const std::string& sys_dir = "/sys/class/virtio-ports",
+                                   const std::string& dev_dir = "/dev");
+
+// The ready probe: spawns `user`'s login shell in a pty, asks it to compute a nonce, and waits for
+// the answer, which cannot be the echo of what was typed. OK only if the shell answered.
+Status CheckTerminal(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
+                     std::chrono::milliseconds timeout);
+
+// Starts (or keeps) the detached tmux session `cloister` as `user`.
+Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user);
+
+// Listens on "tcp:HOST:PORT" or "unix:PATH"; returns the listening fd (close-on-exec). For tcp
+// with port 0, `bound_port` receives the port chosen.
+Result<int> ListenOn(const std::string& spec, int* bound_port = nullptr);
+
+}  // namespace cloister::guest

@@ -1,0 +1,240 @@
+// The real static agent in the real test image under TCG, driven over a real virtio-serial port:
+// per-boot setup, READY after the terminal probe, exec (exit codes, root, pty size), the tmux
+// session and a forwarded guest listener. Independent of the VM module's supervisor: QEMU is
+// started here with the contract's devices (docs/design.md "Contracts between host and guest").
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/subprocess.h"
+#include "channel/exec_client.h"
+#include "channel/mux.h"
+#include "image/testing.h"
+
+namespace cloister::guest {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+struct Ran {
+  Result<channel::ExecExit> exit{Error(ErrorCode::kInternal, "")};
+  std::string out;
+};
+
+Ran Exec(channel::Mux& mux, channel::ExecRequest r, const std::string& input = "", bool with_input = false) {
+  Ran ran;
+  auto fd = mux.Open(channel::kExecService, {}, 60s);
+  if (!fd.ok()) {
+    ran.exit = fd.error();
+    return ran;
+  }
+  int out[2], in[2];
+  EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
+  if (with_input) {
+    EXPECT_EQ(write(in[1], input.data(), input.size()), static_cast<ssize_t>(input.size()));
+  }
+  close(in[1]);
+  std::string collected;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(out[0], buf, sizeof buf)) > 0) collected.append(buf, static_cast<size_t>(n));
+  });
+  ran.exit = channel::RunExec(*fd, r, channel::ExecIo{with_input ? in[0] : -1, out[1], out[1]});
+  close(out[1]);
+  reader.join();
+  close(out[0]);
+  close(in[0]);
+  close(*fd);
+  ran.out = collected;
+  return ran;
+}
+
+TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
+  auto image = image::testing::SharedTestImage();
+  ASSERT_TRUE(image.ok()) << image.error().ToString();
+  const char* bin_dir = getenv("CLOISTER_BINARY_DIR");
+  ASSERT_NE(bin_dir, nullptr);
+  std::string agent = std::string(bin_dir) + "/src/guest/cloister-agent";
+  ASSERT_TRUE(fs::exists(agent)) << agent;
+
+  image::testing::TempDir t;
+  fs::create_directories(t.path() + "/meta");
+  fs::copy_file(agent, t.path() + "/meta/cloister-agent");
+  nlohmann::json cfg = {{"version", 1},
+                        {"workspace", "vmtest"},
+                        {"hostname", "vmtest-host"},
+                        {"boot_id", "0123456789abcdef0123456789abcdef"},
+                        {"user", "dev"},
+                        {"home", "/home/dev"},
+                        {"home_device", "/dev/vdb"},
+                        {"channel_port", "org.cloister.channel.0"},
+                        {"env", {{"CLOISTER_WORKSPACE", "vmtest"}}},
+                        {"files", {{{"path", "/etc/cloister/hello"}, {"content", "hi\n"}}}}};
+  std::ofstream(t.path() + "/meta/config.json") << cfg.dump();
+  ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", "-L", "CLOISTER-META", "-d",
+                                 t.path() + "/meta", t.path() + "/meta.img", "32M"})
+                  .ok());
+  ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", t.path() + "/home.img", "64M"}).ok());
+
+  std::string sock = t.path() + "/channel.sock";
+  std::string serial = t.path() + "/serial.log";
+  RunOptions ro;
+  ro.timeout = std::chrono::seconds(400);  // bound; the test powers the guest off when done
+  Result<RunOutput> qemu = Error(ErrorCode::kInternal, "");
+  auto boot_start = std::chrono::steady_clock::now();
+  std::thread runner([&] {
+    qemu = RunProcess(
+        {"qemu-system-x86_64", "-accel", "tcg", "-M", "q35", "-m", "512", "-smp", "1",
+         "-nographic", "-nodefaults", "-no-user-config", "-serial", "file:" + serial,
+         "-no-reboot", "-kernel", image->dir + "/vmlinuz", "-initrd", image->dir + "/initrd.img",
+         "-append", image->entry.kernel_cmdline + " panic=-1",
+         "-drive", "file=" + image->dir + "/disk.raw,format=raw,if=virtio,snapshot=on",
+         "-drive", "file=" + t.path() + "/home.img,format=raw,if=virtio,discard=unmap",
+         "-drive", "file=" + t.path() + "/meta.img,format=raw,if=virtio,readonly=on",
+         "-device", "virtio-rng-pci",
+         "-device", "virtio-serial-pci,id=vser0",
+         "-chardev", "socket,id=channel,path=" + sock + ",server=on,wait=off",
+         "-device", "virtserialport,bus=vser0.0,chardev=channel,name=org.cloister.channel.0"},
+        ro);
+  });
+  auto dump_serial = [&] {
+    std::ifstream f(serial);
+    std::cerr << "---- serial log ----\n" << f.rdbuf() << "\n--------------------\n";
+  };
+
+  // Connect to QEMU's chardev socket once it exists.
+  int fd = -1;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (fd < 0 && std::chrono::steady_clock::now() < deadline) {
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, sock.c_str(), sizeof a.sun_path - 1);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      fd = s;
+    } else {
+      close(s);
+      pollfd none{-1, 0, 0};
+      poll(&none, 0, 50);  // QEMU is starting; its socket gives no event to wait on
+    }
+  }
+  ASSERT_GE(fd, 0) << "QEMU never created " << sock;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string ready;
+  channel::MuxOptions mo;
+  mo.on_ready = [&](const std::string& info) {
+    std::lock_guard<std::mutex> l(mu);
+    ready = info;
+    cv.notify_all();
+  };
+  mo.log = [](std::string_view l) { std::cerr << "host channel: " << l << "\n"; };
+  auto mux = channel::Mux::Create(fd, mo).value();
+  mux->RegisterService("proxy", [](int sfd, const std::vector<std::string>&) {
+    std::thread([sfd] {
+      const char reply[] = "HTTP/1.1 418 from-host-proxy\r\n\r\n";
+      char buf[1024];
+      ssize_t n = read(sfd, buf, sizeof buf);
+      if (n > 0) {
+        ssize_t w = write(sfd, reply, sizeof reply - 1);
+        (void)w;
+      }
+      close(sfd);
+    }).detach();
+  });
+  ASSERT_TRUE(mux->Start().ok());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    bool got = cv.wait_for(l, 300s, [&] { return !ready.empty(); });
+    if (!got) dump_serial();
+    ASSERT_TRUE(got) << "no READY from the agent";
+  }
+  double to_ready = std::chrono::duration<double>(std::chrono::steady_clock::now() - boot_start).count();
+  std::cerr << "QEMU start to agent READY: " << to_ready << " s\n";
+
+  channel::ExecRequest r;
+  r.argv = {"sh", "-c", "echo hello from $(id -un) in $PWD $CLOISTER_WORKSPACE"};
+  auto hello = Exec(*mux, r);
+  ASSERT_TRUE(hello.exit.ok()) << hello.exit.error().message();
+  EXPECT_EQ(hello.out, "hello from dev in /home/dev vmtest\n");
+
+  r.argv = {"sh", "-c", "exit 42"};
+  auto e42 = Exec(*mux, r);
+  ASSERT_TRUE(e42.exit.ok());
+  EXPECT_EQ(e42.exit->ShellCode(), 42);
+
+  // Per-boot setup: hostname, home on vdb with discard, the profile, the config's file.
+  r.argv = {"sh", "-c",
+            "hostname; grep ' /home/dev ' /proc/mounts | cut -d' ' -f1,3; "
+            "grep -c discard /proc/mounts; cat /etc/profile.d/cloister.sh | tail -1; "
+            "cat /etc/cloister/hello; stat -c %U /home/dev"};
+  auto setup = Exec(*mux, r);
+  ASSERT_TRUE(setup.exit.ok());
+  EXPECT_EQ(setup.out,
+            "vmtest-host\n/dev/vdb ext4\n1\nexport CLOISTER_WORKSPACE='vmtest'\nhi\ndev\n");
+
+  // Root on request; dev cannot write /etc.
+  r.argv = {"sh", "-c", "echo x > /etc/cloister-root-test && id -u"};
+  auto as_dev = Exec(*mux, r);
+  ASSERT_TRUE(as_dev.exit.ok());
+  EXPECT_NE(as_dev.exit->value, 0);
+  r.user = "root";
+  auto as_root = Exec(*mux, r);
+  ASSERT_TRUE(as_root.exit.ok());
+  EXPECT_EQ(as_root.exit->value, 0);
+  EXPECT_EQ(as_root.out, "0\n");
+  r.user = "dev";
+
+  // A pty of the requested size.
+  r.argv = {"stty", "size"};
+  r.tty = true;
+  r.rows = 33;
+  r.cols = 111;
+  auto pty = Exec(*mux, r);
+  ASSERT_TRUE(pty.exit.ok());
+  EXPECT_EQ(pty.out, "33 111\r\n");
+  r.tty = false;
+
+  // The tmux session that attach joins exists, as dev.
+  r.argv = {"tmux", "has-session", "-t", "cloister"};
+  auto tmux = Exec(*mux, r);
+  ASSERT_TRUE(tmux.exit.ok());
+  EXPECT_EQ(tmux.exit->value, 0) << tmux.out;
+
+  // The guest-local proxy listener reaches the host service through the channel.
+  r.argv = {"sh", "-c", "printf 'GET / HTTP/1.1\\r\\n\\r\\n' | nc 127.0.0.1 3128"};
+  auto proxy = Exec(*mux, r);
+  ASSERT_TRUE(proxy.exit.ok());
+  EXPECT_NE(proxy.out.find("418 from-host-proxy"), std::string::npos) << proxy.out;
+
+  // Done: power off (QEMU runs with -no-reboot).
+  r.user = "root";
+  r.argv = {"sh", "-c", "sync; poweroff -f"};
+  (void)Exec(*mux, r);
+  runner.join();
+  mux->Stop();
+  ASSERT_TRUE(qemu.ok()) << qemu.error().message();
+  EXPECT_FALSE(qemu->timed_out);
+  if (HasFailure()) dump_serial();
+}
+
+}  // namespace
+}  // namespace cloister::guest

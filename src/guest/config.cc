@@ -1,0 +1,127 @@
+#include "guest/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace cloister::guest {
+namespace {
+
+Error Bad(const std::string& what) { return Error(ErrorCode::kCorrupt, "config.json: " + what); }
+
+bool ValidEnvName(const std::string& k) {
+  if (k.empty() || k.size() > 128) return false;
+  for (size_t i = 0; i < k.size(); ++i) {
+    char c = k[i];
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<AgentConfig> ParseAgentConfig(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Bad("not a JSON object");
+  AgentConfig c;
+  auto str = [&](const char* key, std::string& out) -> Status {
+    if (!j.contains(key) || j[key].is_null()) return OkStatus();
+    if (!j[key].is_string()) return Bad(std::string(key) + " must be a string");
+    out = j[key].get<std::string>();
+    return OkStatus();
+  };
+  if (j.contains("version")) {
+    if (!j["version"].is_number_integer()) return Bad("version must be an integer");
+    c.version = j["version"].get<int>();
+    if (c.version != 1) return Bad("unsupported version " + std::to_string(c.version));
+  }
+  RETURN_IF_ERROR(str("workspace", c.workspace));
+  RETURN_IF_ERROR(str("hostname", c.hostname));
+  RETURN_IF_ERROR(str("boot_id", c.boot_id));
+  RETURN_IF_ERROR(str("user", c.user));
+  RETURN_IF_ERROR(str("home", c.home));
+  RETURN_IF_ERROR(str("home_device", c.home_device));
+  RETURN_IF_ERROR(str("channel_port", c.channel_port));
+  if (j.contains("ready_timeout_s") && j["ready_timeout_s"].is_number_integer()) {
+    c.ready_timeout_s = j["ready_timeout_s"].get<int>();
+  }
+  if (j.contains("shares")) {
+    if (!j["shares"].is_array()) return Bad("shares must be an array");
+    for (const auto& s : j["shares"]) {
+      if (!s.is_object() || !s.contains("tag") || !s["tag"].is_string() || !s.contains("path") ||
+          !s["path"].is_string()) {
+        return Bad("each share needs a tag and a path");
+      }
+      ShareConfig sc{s["tag"].get<std::string>(), s["path"].get<std::string>(), false};
+      if (s.contains("readonly") && s["readonly"].is_boolean()) sc.readonly = s["readonly"].get<bool>();
+      if (sc.path.empty() || sc.path[0] != '/') return Bad("share path must be absolute");
+      c.shares.push_back(sc);
+    }
+  }
+  if (j.contains("env")) {
+    if (!j["env"].is_object()) return Bad("env must be an object");
+    for (auto it = j["env"].begin(); it != j["env"].end(); ++it) {
+      if (!ValidEnvName(it.key()) || !it.value().is_string()) return Bad("bad env entry " + it.key());
+      c.env[it.key()] = it.value().get<std::string>();
+    }
+  }
+  if (j.contains("files")) {
+    if (!j["files"].is_array()) return Bad("files must be an array");
+    for (const auto& f : j["files"]) {
+      if (!f.is_object() || !f.contains("path") || !f["path"].is_string() ||
+          !f.contains("content") || !f["content"].is_string()) {
+        return Bad("each file needs a path and a content");
+      }
+      FileConfig fc;
+      fc.path = f["path"].get<std::string>();
+      fc.content = f["content"].get<std::string>();
+      if (fc.path.empty() || fc.path[0] != '/') return Bad("file path must be absolute");
+      if (f.contains("mode") && f["mode"].is_number_unsigned()) fc.mode = f["mode"].get<unsigned>() & 07777;
+      if (f.contains("owner") && f["owner"].is_string()) fc.owner = f["owner"].get<std::string>();
+      c.files.push_back(fc);
+    }
+  }
+  if (j.contains("forwards")) {
+    if (!j["forwards"].is_array()) return Bad("forwards must be an array");
+    for (const auto& f : j["forwards"]) {
+      if (!f.is_object() || !f.contains("listen") || !f["listen"].is_string() ||
+          !f.contains("service") || !f["service"].is_string()) {
+        return Bad("each forward needs listen and service");
+      }
+      c.forwards.push_back({f["listen"].get<std::string>(), f["service"].get<std::string>()});
+    }
+  } else {
+    c.forwards = {{"tcp:127.0.0.1:3128", "proxy"}, {"unix:/run/cloister/ssh-agent.sock", "ssh-agent"}};
+  }
+  return c;
+}
+
+Result<AgentConfig> LoadAgentConfig(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return Error(ErrorCode::kNotFound, "cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ParseAgentConfig(ss.str());
+}
+
+std::string ShellQuote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "'";
+}
+
+std::string ProfileScript(const std::map<std::string, std::string>& env) {
+  std::string s = "# Written by cloister-agent at every boot from the metadata disk. Do not edit.\n";
+  for (const auto& [k, v] : env) s += "export " + k + "=" + ShellQuote(v) + "\n";
+  return s;
+}
+
+}  // namespace cloister::guest

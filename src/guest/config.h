@@ -1,0 +1,55 @@
+// The per-boot configuration the host writes to the metadata disk (config.json, schema v1,
+// agreed with the VM module in notes; see docs/design.md "Guest agent").
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cloister::guest {
+
+struct ShareConfig {
+  std::string tag;    // 9p mount tag
+  std::string path;   // where to mount it in the guest
+  bool readonly = false;
+};
+
+struct FileConfig {
+  std::string path;
+  std::string content;
+  unsigned mode = 0644;
+  std::string owner = "root";  // "root" or the workspace user
+};
+
+struct ForwardConfig {
+  std::string listen;   // "tcp:127.0.0.1:3128" or "unix:/run/cloister/ssh-agent.sock"
+  std::string service;  // host service name
+};
+
+struct AgentConfig {
+  int version = 1;
+  std::string workspace;
+  std::string hostname;
+  std::string boot_id;
+  std::string user = "dev";
+  std::string home = "/home/dev";
+  std::string home_device = "/dev/vdb";
+  std::string channel_port = "org.cloister.channel.0";
+  std::vector<ShareConfig> shares;
+  std::map<std::string, std::string> env;
+  std::vector<FileConfig> files;
+  std::vector<ForwardConfig> forwards;  // default: proxy on 127.0.0.1:3128, ssh-agent socket
+  int ready_timeout_s = 120;
+};
+
+Result<AgentConfig> ParseAgentConfig(const std::string& json);
+Result<AgentConfig> LoadAgentConfig(const std::string& path);
+
+// Shell-quotes `v` in single quotes for /etc/profile.d.
+std::string ShellQuote(const std::string& v);
+// The text of /etc/profile.d/cloister.sh for `env`.
+std::string ProfileScript(const std::map<std::string, std::string>& env);
+
+}  // namespace cloister::guest
