@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -404,6 +405,12 @@ int RunAgent(const AgentOptions& o) {
       return;
     }
     auto env = CommandEnv(*user, cfg.env, {}, "xterm-256color");
+    auto t0 = std::chrono::steady_clock::now();
+    auto secs = [](std::chrono::steady_clock::duration d) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
+      return std::string(b);
+    };
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
     Status st = OkStatus();
     do {
@@ -415,9 +422,12 @@ int RunAgent(const AgentOptions& o) {
       log("ready check failed for good: not sending READY");
       return;
     }
+    auto t1 = std::chrono::steady_clock::now();
     if (auto t = EnsureTmuxSession(*user, env, o.switch_user); !t.ok()) {
       log(t.error().message());
     }
+    log("terminal probe " + secs(t1 - t0) + ", tmux session " +
+        secs(std::chrono::steady_clock::now() - t1));
     std::lock_guard<std::mutex> l(shared.mu);
     ready_info = std::string(kVersion) + " boot " + cfg.boot_id;
     ready = true;

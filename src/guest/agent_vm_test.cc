@@ -3,6 +3,7 @@
 // session and a forwarded guest listener. Independent of the VM module's supervisor: QEMU is
 // started here with the contract's devices (docs/design.md "Contracts between host and guest").
 #include <fcntl.h>
+#include <signal.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -103,7 +104,7 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
     qemu = RunProcess(
         {"qemu-system-x86_64", "-accel", "tcg", "-M", "q35", "-m", "512", "-smp", "1",
          "-nographic", "-nodefaults", "-no-user-config", "-serial", "file:" + serial,
-         "-no-reboot", "-kernel", image->dir + "/vmlinuz", "-initrd", image->dir + "/initrd.img",
+         "-no-reboot", "-pidfile", t.path() + "/qemu.pid", "-kernel", image->dir + "/vmlinuz", "-initrd", image->dir + "/initrd.img",
          "-append", image->entry.kernel_cmdline + " panic=-1",
          "-drive", "file=" + image->dir + "/disk.raw,format=raw,if=virtio,snapshot=on",
          "-drive", "file=" + t.path() + "/home.img,format=raw,if=virtio,discard=unmap",
@@ -114,6 +115,19 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
          "-device", "virtserialport,bus=vser0.0,chardev=channel,name=org.cloister.channel.0"},
         ro);
   });
+  // Whatever happens below, QEMU does not outlive the test.
+  std::string pidfile = t.path() + "/qemu.pid";
+  struct Reaper {
+    std::thread& runner;
+    std::string pidfile;
+    ~Reaper() {
+      if (!runner.joinable()) return;
+      std::ifstream f(pidfile);
+      pid_t pid = 0;
+      if (f >> pid && pid > 0) kill(pid, SIGKILL);
+      runner.join();
+    }
+  } reaper{runner, pidfile};
   auto dump_serial = [&] {
     std::ifstream f(serial);
     std::cerr << "---- serial log ----\n" << f.rdbuf() << "\n--------------------\n";
@@ -224,6 +238,77 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
   auto proxy = Exec(*mux, r);
   ASSERT_TRUE(proxy.exit.ok());
   EXPECT_NE(proxy.out.find("418 from-host-proxy"), std::string::npos) << proxy.out;
+
+  // `cloister attach`: tmux in a pty joins the session; C-b d detaches with code 0 and the
+  // session stays.
+  {
+    auto afd = mux->Open(channel::kExecService, {}, 60s);
+    ASSERT_TRUE(afd.ok());
+    int out[2], in[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+    std::mutex amu;
+    std::condition_variable acv;
+    std::string screen;
+    std::thread reader([&] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(out[0], buf, sizeof buf)) > 0) {
+        std::lock_guard<std::mutex> l(amu);
+        screen.append(buf, static_cast<size_t>(n));
+        acv.notify_all();
+      }
+    });
+    Result<channel::ExecExit> aexit = Error(ErrorCode::kInternal, "");
+    std::thread attach([&] {
+      aexit = channel::RunExec(*afd, channel::AttachRequest(), channel::ExecIo{in[0], out[1], out[1]});
+    });
+    {
+      std::unique_lock<std::mutex> l(amu);
+      EXPECT_TRUE(acv.wait_for(l, 60s, [&] { return screen.find("[cloister]") != std::string::npos; }))
+          << screen;  // tmux's status line names the session
+    }
+    ASSERT_EQ(write(in[1], "\x02" "d", 2), 2);  // C-b d
+    attach.join();
+    close(out[1]);
+    reader.join();
+    close(out[0]);
+    close(in[0]);
+    close(in[1]);
+    close(*afd);
+    ASSERT_TRUE(aexit.ok()) << aexit.error().message();
+    EXPECT_EQ(aexit->value, 0);
+    EXPECT_NE(screen.find("[detached"), std::string::npos);
+    r.tty = false;
+    r.argv = {"tmux", "has-session", "-t", "cloister"};
+    auto still = Exec(*mux, r);
+    ASSERT_TRUE(still.exit.ok());
+    EXPECT_EQ(still.exit->value, 0);
+  }
+
+  // The host side goes away and comes back (supervisor restart, resume): a new connection gets a
+  // new session over the same port, READY again, and exec works.
+  mux->Stop();
+  mux.reset();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ready.clear();
+  }
+  int fd2 = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a2{};
+  a2.sun_family = AF_UNIX;
+  std::strncpy(a2.sun_path, sock.c_str(), sizeof a2.sun_path - 1);
+  ASSERT_EQ(connect(fd2, reinterpret_cast<sockaddr*>(&a2), sizeof a2), 0);
+  mux = channel::Mux::Create(fd2, mo).value();
+  ASSERT_TRUE(mux->Start().ok());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 60s, [&] { return !ready.empty(); })) << "no READY after reconnect";
+  }
+  r.argv = {"sh", "-c", "exit 7"};
+  auto again = Exec(*mux, r);
+  ASSERT_TRUE(again.exit.ok()) << again.exit.error().message();
+  EXPECT_EQ(again.exit->value, 7);
 
   // Done: power off (QEMU runs with -no-reboot).
   r.user = "root";
