@@ -318,7 +318,15 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
   mux->Stop();
   ASSERT_TRUE(qemu.ok()) << qemu.error().message();
   EXPECT_FALSE(qemu->timed_out);
-  if (HasFailure()) dump_serial();
+  if (HasFailure()) {
+    dump_serial();
+  } else {
+    std::ifstream f(serial);
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.find("cloister-agent:") != std::string::npos) std::cerr << line << "\n";
+    }
+  }
 }
 
 }  // namespace
