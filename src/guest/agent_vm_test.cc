@@ -87,6 +87,7 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
                         {"home_device", "/dev/vdb"},
                         {"channel_port", "org.cloister.channel.0"},
                         {"env", {{"CLOISTER_WORKSPACE", "vmtest"}}},
+                        {"shares", {{{"tag", "share0"}, {"path", "/home/dev/src"}, {"readonly", false}}}},
                         {"files", {{{"path", "/etc/cloister/hello"}, {"content", "hi\n"}}}}};
   std::ofstream(t.path() + "/meta/config.json") << cfg.dump();
   ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", "-L", "CLOISTER-META", "-d",
@@ -94,6 +95,11 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
                   .ok());
   ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", t.path() + "/home.img", "64M"}).ok());
 
+  // A host folder shared over 9p (world-writable: QEMU runs as root here with security_model=none).
+  std::string share = t.path() + "/share";
+  fs::create_directories(share);
+  fs::permissions(share, fs::perms::all);
+  std::ofstream(share + "/from-host.txt") << "host data\n";
   std::string sock = t.path() + "/channel.sock";
   std::string serial = t.path() + "/serial.log";
   RunOptions ro;
@@ -110,6 +116,8 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
          "-drive", "file=" + t.path() + "/home.img,format=raw,if=virtio,discard=unmap",
          "-drive", "file=" + t.path() + "/meta.img,format=raw,if=virtio,readonly=on",
          "-device", "virtio-rng-pci",
+         "-fsdev", "local,id=fs0,path=" + share + ",security_model=none",
+         "-device", "virtio-9p-pci,fsdev=fs0,mount_tag=share0",
          "-device", "virtio-serial-pci,id=vser0",
          "-chardev", "socket,id=channel,path=" + sock + ",server=on,wait=off",
          "-device", "virtserialport,bus=vser0.0,chardev=channel,name=org.cloister.channel.0"},
@@ -204,6 +212,19 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
   ASSERT_TRUE(setup.exit.ok());
   EXPECT_EQ(setup.out,
             "vmtest-host\n/dev/vdb ext4\n1\nexport CLOISTER_WORKSPACE='vmtest'\nhi\ndev\n");
+
+  // The 9p share: host files visible, guest writes land in the host folder.
+  r.argv = {"sh", "-c", "cat /home/dev/src/from-host.txt && echo guest data > /home/dev/src/from-guest.txt"};
+  auto shared = Exec(*mux, r);
+  ASSERT_TRUE(shared.exit.ok());
+  EXPECT_EQ(shared.exit->value, 0) << shared.out;
+  EXPECT_EQ(shared.out, "host data\n");
+  {
+    std::ifstream g(share + "/from-guest.txt");
+    std::string line;
+    std::getline(g, line);
+    EXPECT_EQ(line, "guest data");
+  }
 
   // Root on request; dev cannot write /etc.
   r.argv = {"sh", "-c", "echo x > /etc/cloister-root-test && id -u"};
