@@ -213,6 +213,22 @@ TEST(AgentVmTest, AgentBootsServesExecAndForwardsInTheTestImage) {
   EXPECT_EQ(setup.out,
             "vmtest-host\n/dev/vdb ext4\n1\nexport CLOISTER_WORKSPACE='vmtest'\nhi\ndev\n");
 
+  // Throughput guest -> host through exec (a figure for the report, not a speed assertion).
+  {
+    r.argv = {"head", "-c", "33554432", "/dev/zero"};
+    auto fd = mux->Open(channel::kExecService, {}, 60s);
+    ASSERT_TRUE(fd.ok());
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    auto t0 = std::chrono::steady_clock::now();
+    auto big = channel::RunExec(*fd, r, channel::ExecIo{-1, null, null});
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    close(null);
+    close(*fd);
+    ASSERT_TRUE(big.ok());
+    EXPECT_EQ(big->value, 0);
+    std::cerr << "exec stdout guest->host: 32 MiB in " << s << " s (" << 32 / s << " MiB/s)\n";
+  }
+
   // The 9p share: host files visible, guest writes land in the host folder.
   r.argv = {"sh", "-c", "cat /home/dev/src/from-host.txt && echo guest data > /home/dev/src/from-guest.txt"};
   auto shared = Exec(*mux, r);
