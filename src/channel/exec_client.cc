@@ -136,16 +136,10 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
         }
       }
     }
-    if (in_idx >= 0 && (p[in_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
-      ssize_t r = read(io.in, buf, sizeof buf);
-      if (r > 0) {
-        EncodeExecMessage(ExecMsg::kStdin, std::string_view(buf, static_cast<size_t>(r)), outbuf);
-      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-        stdin_done = true;
-        EncodeExecMessage(ExecMsg::kStdinEof, "", outbuf);
-      }
-    }
-    if (ctl_idx >= 0 && (p[ctl_idx].revents & POLLIN)) {
+    // The control pipe is read on every round, before stdin, and without waiting for its
+    // revents: a SIGWINCH handler that ran as poll returned must reach the guest before the
+    // keystrokes that followed the resize.
+    if (ctl_idx >= 0) {
       char rec[64];
       ssize_t r = read(control->read_fd(), rec, sizeof rec);
       if (r > 0) ctl_partial.append(rec, static_cast<size_t>(r));
@@ -160,6 +154,15 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
           EncodeExecMessage(ExecMsg::kSignal, EncodeSignal(b[4]), outbuf);
         }
         ctl_partial.erase(0, 5);
+      }
+    }
+    if (in_idx >= 0 && (p[in_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t r = read(io.in, buf, sizeof buf);
+      if (r > 0) {
+        EncodeExecMessage(ExecMsg::kStdin, std::string_view(buf, static_cast<size_t>(r)), outbuf);
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        stdin_done = true;
+        EncodeExecMessage(ExecMsg::kStdinEof, "", outbuf);
       }
     }
   }

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -375,6 +378,101 @@ TEST(UsersTest, LooksUpUsersAndSupplementaryGroups) {
   EXPECT_EQ(u->groups, (std::vector<gid_t>{1000, 27}));
   EXPECT_EQ(LookupUser("nobody", (dir / "passwd").string()).error().code(), ErrorCode::kNotFound);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cloister::guest
+
+namespace cloister::guest {
+namespace {
+
+// The CLI path end to end: RunExecInTerminal on a real terminal (a pty that is the child's
+// controlling tty): raw mode while it runs, the terminal's size as the initial window, SIGWINCH
+// forwarded as a resize, the exit code returned, and the terminal restored afterwards.
+TEST(ExecTerminalTest, RawModeWindowSizeAndSigwinchReachTheGuestPty) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  std::string slave_name = ptsname(master);
+  winsize ws{};
+  ws.ws_row = 20;
+  ws.ws_col = 70;
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);
+  termios before{};
+  ASSERT_EQ(tcgetattr(master, &before), 0);
+  ASSERT_TRUE(before.c_lflag & ICANON);
+
+  pid_t pid = fork();  // before any thread exists in this test
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Only this thread takes SIGWINCH (the muxes' threads inherit the block), as in the CLI
+    // where the process has no other threads.
+    sigset_t winch;
+    sigemptyset(&winch);
+    sigaddset(&winch, SIGWINCH);
+    pthread_sigmask(SIG_BLOCK, &winch, nullptr);
+    setsid();
+    int slave = open(slave_name.c_str(), O_RDWR);
+    if (slave < 0) _exit(100);
+    ioctl(slave, TIOCSCTTY, 0);
+    dup2(slave, 0);
+    dup2(slave, 1);
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    MuxOptions h, g;
+    g.role = MuxRole::kGuest;
+    auto host = Mux::Create(sv[0], h).value();
+    auto guest = Mux::Create(sv[1], g).value();
+    ExecServerOptions so;
+    so.switch_user = false;
+    guest->RegisterService(channel::kExecService, [&so](int fd, const std::vector<std::string>&) {
+      std::thread([fd, &so] { ServeExec(fd, so); }).detach();
+    });
+    if (!host->Start().ok() || !guest->Start().ok()) _exit(101);
+    auto fd = host->Open(channel::kExecService, {});
+    if (!fd.ok()) _exit(102);
+    ExecRequest r;
+    r.user = "root";
+    r.argv = {"sh", "-c", "stty size; read x; stty size; exit 9"};
+    r.tty = true;
+    pthread_sigmask(SIG_UNBLOCK, &winch, nullptr);
+    auto code = channel::RunExecInTerminal(*fd, r, /*interactive=*/true);
+    _exit(code.ok() ? *code : 103);
+  }
+  std::string seen;
+  auto wait_for = [&](const std::string& needle) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (seen.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<size_t>(n));
+    }
+    return seen.find(needle) != std::string::npos;
+  };
+  EXPECT_TRUE(wait_for("20 70")) << seen;
+  termios during{};
+  ASSERT_EQ(tcgetattr(master, &during), 0);
+  EXPECT_FALSE(during.c_lflag & ICANON);  // raw while the session runs
+  EXPECT_FALSE(during.c_lflag & ECHO);
+  ws.ws_row = 40;
+  ws.ws_col = 120;
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);  // the kernel sends SIGWINCH to the client
+  // The client's SIGWINCH handler has run before it reads this keystroke, and resizes go out
+  // before stdin, so the second `stty size` sees the new size.
+  ASSERT_EQ(write(master, "\r", 1), 1);
+  EXPECT_TRUE(wait_for("40 120")) << seen;
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 9);
+  termios after{};
+  ASSERT_EQ(tcgetattr(master, &after), 0);
+  EXPECT_TRUE(after.c_lflag & ICANON);  // restored
+  close(master);
 }
 
 }  // namespace
