@@ -57,7 +57,8 @@ Status WriteFile(const std::string& path, const std::string& data, mode_t mode) 
 }  // namespace
 
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
-                     const MetaConfig& config, const MetaFiles& extra) {
+                     const MetaConfig& config, const MetaFiles& extra,
+                     const MetaExecutables& executables) {
   std::string stage = image_path + ".d";
   std::error_code ec;
   fs::remove_all(stage, ec);
@@ -87,6 +88,20 @@ Status BuildMetaDisk(const std::string& image_path, const std::string& agent_bin
     st = WriteFile(stage + "/" + name, data, 0644);
     total += data.size();
   }
+  for (const auto& [name, host_path] : executables) {
+    if (!st.ok()) break;
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      st = Error(ErrorCode::kInvalidArgument, "metadata file name '" + name + "'");
+      break;
+    }
+    fs::copy_file(host_path, stage + "/" + name, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      st = Error(ErrorCode::kNotFound, "copy " + host_path + ": " + ec.message());
+      break;
+    }
+    chmod((stage + "/" + name).c_str(), 0755);
+    total += fs::file_size(host_path, ec);
+  }
   if (!st.ok()) {
     cleanup();
     return st;
@@ -101,26 +116,31 @@ Status BuildMetaDisk(const std::string& image_path, const std::string& agent_bin
   return OkStatus();
 }
 
-Result<std::string> FindAgentBinary() {
+Result<std::string> FindHelperBinary(const std::string& name, const std::string& env_var,
+                                     const std::string& module) {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("CLOISTER_AGENT_BIN"); env && *env) {
+  if (const char* env = std::getenv(env_var.c_str()); env && *env) {
     if (access(env, R_OK) == 0) return std::string(env);
-    return Error(ErrorCode::kNotFound, "CLOISTER_AGENT_BIN=" + std::string(env) + " is not readable");
+    return Error(ErrorCode::kNotFound, env_var + "=" + std::string(env) + " is not readable");
   }
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     fs::path dir = self.parent_path();
-    candidates.push_back((dir / "cloister-agent").string());
-    candidates.push_back((dir / ".." / "guest" / "cloister-agent").string());
-    candidates.push_back((dir / ".." / "src" / "guest" / "cloister-agent").string());
+    candidates.push_back((dir / name).string());
+    candidates.push_back((dir / ".." / module / name).string());
+    candidates.push_back((dir / ".." / "src" / module / name).string());
   }
-  candidates.push_back("/usr/lib/cloister/cloister-agent");
+  candidates.push_back("/usr/lib/cloister/" + name);
   for (const std::string& c : candidates) {
     if (access(c.c_str(), R_OK) == 0) return fs::weakly_canonical(c, ec).string();
   }
-  return Error(ErrorCode::kNotFound, "guest agent binary cloister-agent not found",
-               "build it (cmake --build build --target cloister-agent) or set CLOISTER_AGENT_BIN");
+  return Error(ErrorCode::kNotFound, name + " not found (looked next to the cloister binary)",
+               "build the " + name + " target or set " + env_var);
+}
+
+Result<std::string> FindAgentBinary() {
+  return FindHelperBinary("cloister-agent", "CLOISTER_AGENT_BIN", "guest");
 }
 
 std::string NewBootId() {

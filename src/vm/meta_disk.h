@@ -41,10 +41,19 @@ nlohmann::json MetaConfigJson(const MetaConfig& config);
 // Extra files to place at the metadata disk's root: name -> contents (names without '/').
 using MetaFiles = std::map<std::string, std::string>;
 
+// Extra executables to copy to the root (mode 0755): name -> host path (e.g. cloister-audit).
+using MetaExecutables = std::map<std::string, std::string>;
+
 // Builds `image_path` (replacing it) from the agent binary, config and extra files, staging them in
 // `image_path + ".d"` (removed afterwards).
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
-                     const MetaConfig& config, const MetaFiles& extra = {});
+                     const MetaConfig& config, const MetaFiles& extra = {},
+                     const MetaExecutables& executables = {});
+
+// Finds a helper binary built by this project (`name`): $ENV_VAR, else next to the running
+// executable, <dir>/../<module>/<name>, <dir>/../src/<module>/<name>, /usr/lib/cloister/<name>.
+Result<std::string> FindHelperBinary(const std::string& name, const std::string& env_var,
+                                     const std::string& module);
 
 // Finds the agent binary: $CLOISTER_AGENT_BIN, else next to the running executable
 // (<dir>/cloister-agent, <dir>/../guest/cloister-agent), else /usr/lib/cloister/cloister-agent.

@@ -1,0 +1,51 @@
+// The CLI side of the VM lifecycle: start (daemonise a supervisor and follow its progress), stop,
+// suspend, reboot, status, and opening exec streams. Verbs in src/cli call these.
+#pragma once
+
+#include <chrono>
+#include <ostream>
+#include <string>
+
+#include "base/result.h"
+#include "store/store.h"
+#include "vm/accel.h"
+#include "vm/state.h"
+
+namespace cloister::vm {
+
+struct StartOptions {
+  AccelMode accel = AccelMode::kAuto;
+  std::chrono::seconds ready_timeout{600};
+  bool sandbox = true;
+};
+
+// Starts NAME's VM and returns once the guest agent is ready (or the resumed VM runs). Prints
+// boot stages on `progress` ("cloister: STAGE"). Already running: returns OK with a note.
+// Refuses a compromised workspace (hint: `cloister wipe NAME`). On failure the error names the
+// boot log.
+Status StartWorkspace(Store& store, const std::string& name, const StartOptions& options,
+                      std::ostream& progress);
+
+struct StopOptions {
+  bool force = false;
+  bool suspend = false;
+  std::chrono::milliseconds timeout{60000};
+};
+// Stops (or suspends) NAME's VM and waits until its supervisor is gone. Stopped: OK. Broken:
+// cleans the stale run files (and with --force kills a hung supervisor).
+Status StopWorkspace(Store& store, const std::string& name, const StopOptions& options,
+                     std::ostream& progress);
+
+Status RebootWorkspace(Store& store, const std::string& name, std::ostream& progress);
+
+VmStatus WorkspaceStatus(Store& store, const std::string& name);
+
+// A connected stream to the guest agent's exec service (the caller owns the fd).
+Result<int> OpenExecStream(Store& store, const std::string& name,
+                           const std::vector<std::string>& args = {});
+
+// The `cloister` executable to run as supervisor: $CLOISTER_EXE, /proc/self/exe if it is named
+// cloister, else $CLOISTER_BINARY_DIR/src/cli/cloister (tests drive the CLI in-process).
+Result<std::string> CloisterExecutable();
+
+}  // namespace cloister::vm

@@ -1,0 +1,763 @@
+#include "vm/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "channel/mux.h"
+#include "store/store.h"
+#include "vm/control.h"
+#include "vm/meta_disk.h"
+#include "vm/process.h"
+#include "vm/qemu_args.h"
+#include "vm/qmp.h"
+#include "vm/state.h"
+#include "vm/workspace.h"
+
+namespace cloister::vm {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Lifecycle states of the supervisor's VM (the transition table is in Supervisor::Handle).
+enum class Phase { kBooting, kRunning, kStopping, kSuspending, kRebooting, kExited };
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kBooting: return "booting";
+    case Phase::kRunning: return "running";
+    case Phase::kStopping: return "stopping";
+    case Phase::kSuspending: return "suspending";
+    case Phase::kRebooting: return "rebooting";
+    case Phase::kExited: return "stopped";
+  }
+  return "unknown";
+}
+
+// The closed set of actions (Firecracker's VmmAction).
+struct Action {
+  enum class Type { kReady, kChannelClosed, kQemuExited, kStop, kSuspend, kReboot, kSignal };
+  explicit Action(Type t) : type(t) {}
+  Type type;
+  uint64_t generation = 0;  // QEMU generation an event belongs to (stale events are dropped)
+  int exit_status = 0;
+  bool force = false;
+  std::chrono::milliseconds timeout{60000};
+  std::string info;
+  std::shared_ptr<std::promise<json>> reply;
+};
+
+void Log(const std::string& line) {
+  std::time_t t = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  std::cerr << ts << " " << line << std::endl;
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(const SupervisorOptions& options) : opts_(options) {}
+  int Run();
+
+ private:
+  Status Init();
+  Status Boot(bool resume);
+  Status Resume();
+  void Handle(Action action);
+  Status TakeProvenBootCheckpoint();
+  Status Suspend();
+  void Cleanup();
+  void Enqueue(Action a);
+  void Progress(const std::string& stage);
+  void FinishProgress(const std::string& line);
+  void FailBoot(const Error& error);
+  void ReplyAll(std::vector<std::shared_ptr<std::promise<json>>>& waiters, const json& reply);
+  void AcceptLoop();
+  void HandleConnection(int fd);
+  json StatusReply();
+  void SignalLoop();
+
+  SupervisorOptions opts_;
+  std::unique_ptr<Store> store_;
+  std::optional<WorkspaceLock> lock_;
+  WorkspaceConfig config_;
+  RunPaths paths_;
+  int pid_fd_ = -1;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+
+  std::unique_ptr<QmpClient> qmp_;
+  pid_t qemu_pid_ = -1;
+  uint64_t generation_ = 0;
+  std::map<std::string, std::string> top_nodes_;  // "system"/"home" -> current top node name
+  int exit_code_ = 0;
+  bool ephemeral_ = false;
+  std::optional<Clock::time_point> deadline_;
+
+  // Shared with connection threads.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Action> queue_;
+  Phase phase_ = Phase::kBooting;
+  std::string stage_ = "starting";
+  std::string boot_id_;
+  std::string last_checkpoint_;
+  std::shared_ptr<channel::Mux> mux_;
+  int active_connections_ = 0;
+
+  std::vector<std::shared_ptr<std::promise<json>>> stop_waiters_;
+  std::vector<std::shared_ptr<std::promise<json>>> ready_waiters_;
+};
+
+void Supervisor::Progress(const std::string& stage) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stage_ = stage;
+  }
+  Log("stage: " + stage);
+  if (opts_.progress_fd >= 0) {
+    std::string line = "stage " + stage + "\n";
+    if (write(opts_.progress_fd, line.data(), line.size()) < 0) {
+      close(opts_.progress_fd);
+      opts_.progress_fd = -1;
+    }
+  }
+}
+
+void Supervisor::FinishProgress(const std::string& line) {
+  if (opts_.progress_fd < 0) return;
+  std::string l = line + "\n";
+  (void)!write(opts_.progress_fd, l.data(), l.size());
+  close(opts_.progress_fd);
+  opts_.progress_fd = -1;
+}
+
+void Supervisor::FailBoot(const Error& error) {
+  Log("error: " + error.ToString());
+  std::string hint = error.hint();
+  if (hint.empty()) hint = "boot log: " + paths_.console_log + "; supervisor log: " + paths_.supervisor_log;
+  std::string msg = error.message();
+  for (char& c : msg) if (c == '\n' || c == '\t') c = ' ';
+  FinishProgress("error " + msg + "\t" + hint);
+  exit_code_ = 1;
+}
+
+void Supervisor::Enqueue(Action a) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+}
+
+Status Supervisor::Init() {
+  ASSIGN_OR_RETURN(store_, Store::Open(opts_.store_root));
+  paths_ = RunPathsFor(*store_, opts_.name);
+  std::error_code ec;
+  fs::create_directories(paths_.run_dir, ec);
+  chmod(paths_.run_dir.c_str(), 0700);
+  ASSIGN_OR_RETURN(pid_fd_, ClaimPidFile(paths_.supervisor_pid));
+  ASSIGN_OR_RETURN(listen_fd_, ListenUnix(paths_.supervisor_socket));
+  if (pipe2(wake_pipe_, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  std::thread([this] { AcceptLoop(); }).detach();
+  std::thread([this] { SignalLoop(); }).detach();
+
+  Progress("preparing disks");
+  ASSIGN_OR_RETURN(WorkspaceLock lock, store_->LockWorkspace(opts_.name));
+  lock_.emplace(std::move(lock));
+  ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
+  RETURN_IF_ERROR(Store::CheckNotCompromised(config_));
+  ephemeral_ = IsEphemeral(config_);
+  return OkStatus();
+}
+
+Status Supervisor::Boot(bool resume) {
+  ++generation_;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    phase_ = Phase::kBooting;
+    boot_id_ = NewBootId();
+  }
+  ASSIGN_OR_RETURN(LiveDisks disks, store_->EnsureSystemDisk(*lock_));
+  ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
+  ASSIGN_OR_RETURN(KernelFiles kernel, KernelFilesFor(config_));
+
+  Progress("building the metadata disk");
+  MetaConfig meta;
+  meta.workspace = opts_.name;
+  meta.boot_id = boot_id_;
+  VmSpec spec;
+  int i = 0;
+  for (const Volume& v : config_.volumes) {
+    std::string tag = "share" + std::to_string(i++);
+    meta.shares.push_back({tag, v.guest, v.read_only});
+    spec.shares.push_back({v.host, tag, v.read_only});
+  }
+  ASSIGN_OR_RETURN(std::string agent, FindAgentBinary());
+  MetaExecutables exes;
+  if (auto audit = FindHelperBinary("cloister-audit", "CLOISTER_AUDIT_BIN", "audit"); audit.ok()) {
+    exes["cloister-audit"] = *audit;
+  }
+  // A resumed guest still has the metadata disk it booted with mounted: keep that image.
+  if (!resume || access(paths_.meta_disk.c_str(), R_OK) != 0) {
+    RETURN_IF_ERROR(BuildMetaDisk(paths_.meta_disk, agent, meta, {}, exes));
+  }
+
+  spec.name = opts_.name;
+  spec.accel = opts_.accel;
+  spec.cpus = static_cast<int>(config_.cpus);
+  spec.memory_mib = static_cast<int>(config_.memory_mib);
+  spec.kernel = kernel.kernel;
+  spec.initrd = kernel.initrd;
+  spec.system_disk = {disks.system.path, layout::DiskFormatName(disks.system.format)};
+  spec.home_disk = {disks.home.path, layout::DiskFormatName(disks.home.format)};
+  spec.meta_disk = paths_.meta_disk;
+  spec.mac = config_.mac;
+  spec.channel_socket = paths_.channel_socket;
+  spec.qmp_socket = paths_.qmp_socket;
+  spec.console_log = paths_.console_log;
+  spec.incoming_defer = resume;
+  spec.sandbox = opts_.sandbox;
+  ASSIGN_OR_RETURN(std::vector<std::string> argv, BuildQemuArgv(spec));
+  if (!resume) {
+    // A fresh log per boot; a resumed VM continues the same boot's log.
+    int fd = open(paths_.console_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd >= 0) close(fd);
+  }
+  unlink(paths_.qmp_socket.c_str());
+  unlink(paths_.channel_socket.c_str());
+
+  Progress(std::string(resume ? "resuming" : "starting") + " QEMU (" + AccelName(opts_.accel) + ")");
+  Log("qemu: " + [&] { std::string s; for (auto& a : argv) s += a + " "; return s; }());
+  SpawnOptions so;
+  so.stdout_path = paths_.supervisor_log;
+  so.die_with_parent = true;
+  ASSIGN_OR_RETURN(qemu_pid_, SpawnProcess(argv, so));
+  pid_t pid = qemu_pid_;
+  uint64_t gen = generation_;
+  std::thread([this, pid, gen] {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    Action a(Action::Type::kQemuExited);
+    a.generation = gen;
+    a.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    Enqueue(std::move(a));
+  }).detach();
+
+  ASSIGN_OR_RETURN(qmp_, QmpClient::Connect(paths_.qmp_socket, std::chrono::seconds(30)));
+  top_nodes_ = {{kSystemNode, kSystemNode}, {kHomeNode, kHomeNode}};
+  if (resume) RETURN_IF_ERROR(Resume());
+
+  // The channel: QEMU listens on channel.sock; one connection carries the multiplexer.
+  ASSIGN_OR_RETURN(int chan_fd, ConnectUnix(paths_.channel_socket));
+  channel::MuxOptions mo;
+  mo.role = channel::MuxRole::kHost;
+  mo.log = [](std::string_view line) { Log("channel: " + std::string(line)); };
+  mo.on_ready = [this, gen](const std::string& info) {
+    Action a(Action::Type::kReady);
+    a.generation = gen;
+    a.info = info;
+    Enqueue(std::move(a));
+  };
+  mo.on_closed = [this, gen](const Error& why) {
+    Action a(Action::Type::kChannelClosed);
+    a.generation = gen;
+    a.info = why.message();
+    Enqueue(std::move(a));
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<channel::Mux> mux, channel::Mux::Create(chan_fd, mo));
+  RETURN_IF_ERROR(mux->Start());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    mux_ = std::move(mux);
+    if (resume) phase_ = Phase::kRunning;
+  }
+  if (resume) {
+    Progress("resumed");
+    FinishProgress("ready resumed");
+    deadline_.reset();
+  } else {
+    Progress("booting; waiting for the guest agent");
+    deadline_ = Clock::now() + opts_.ready_timeout;
+  }
+  return OkStatus();
+}
+
+Status Supervisor::Resume() {
+  int fd = open(paths_.suspend_state.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + paths_.suspend_state, errno);
+  auto got = qmp_->Execute("getfd", {{"fdname", "incoming"}}, std::chrono::seconds(10), fd);
+  close(fd);
+  if (!got.ok()) return got.error();
+  RETURN_IF_ERROR(qmp_->Execute("migrate-incoming", {{"uri", "fd:incoming"}}));
+  auto deadline = Clock::now() + std::chrono::minutes(5);
+  while (true) {
+    ASSIGN_OR_RETURN(json mig, qmp_->Execute("query-migrate"));
+    std::string status = JsonString(mig, "status");
+    if (status == "completed") break;
+    if (status == "failed" || status == "cancelled") {
+      return Error(ErrorCode::kCorrupt, "resume failed: loading the saved state " + status,
+                   "delete " + paths_.suspend_state + " to boot afresh (its RAM is lost)");
+    }
+    if (Clock::now() > deadline) return Error(ErrorCode::kUnavailable, "resume timed out");
+    // Waiting for QEMU to load the RAM image: poll its status with a bounded deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // The state was saved from a stopped VM, so it loads paused.
+  ASSIGN_OR_RETURN(json st, qmp_->Execute("query-status"));
+  if (JsonString(st, "status") != "running") RETURN_IF_ERROR(qmp_->Execute("cont"));
+  if (unlink(paths_.suspend_state.c_str()) != 0) Log("warning: could not delete suspend state");
+  return OkStatus();
+}
+
+Status Supervisor::TakeProvenBootCheckpoint() {
+  ASSIGN_OR_RETURN(PreparedCheckpoint prepared,
+                   store_->PrepareCheckpoint(*lock_, CheckpointOptions{.automatic = true}));
+  for (const auto& disk : prepared.disks) {
+    std::string base = disk.disk == DiskKind::kSystem ? kSystemNode : kHomeNode;
+    std::string node = base + "-" + prepared.id;
+    for (char& c : node) if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
+    json add = {{"driver", "qcow2"},
+                {"node-name", node},
+                {"file", {{"driver", "file"}, {"filename", disk.new_top_path}}},
+                {"backing", nullptr}};
+    if (disk.disk == DiskKind::kHome || true) {
+      add["discard"] = "unmap";
+      add["detect-zeroes"] = "unmap";
+      add["file"]["discard"] = "unmap";
+    }
+    auto added = qmp_->Execute("blockdev-add", add);
+    if (!added.ok()) {
+      (void)store_->AbortCheckpoint(*lock_, prepared);
+      return added.error();
+    }
+    auto snap = qmp_->Execute("blockdev-snapshot", {{"node", top_nodes_[base]}, {"overlay", node}});
+    if (!snap.ok()) {
+      (void)store_->AbortCheckpoint(*lock_, prepared);
+      return snap.error();
+    }
+    top_nodes_[base] = node;
+  }
+  ASSIGN_OR_RETURN(CheckpointRecord rec, store_->CommitCheckpoint(*lock_, prepared, true));
+  std::lock_guard<std::mutex> l(mu_);
+  last_checkpoint_ = rec.id;
+  return OkStatus();
+}
+
+Status Supervisor::Suspend() {
+  std::string tmp = paths_.suspend_state + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("create " + tmp, errno);
+  auto fail = [&](const Error& e) -> Status {
+    unlink(tmp.c_str());
+    (void)qmp_->Execute("cont");
+    return e;
+  };
+  RETURN_IF_ERROR(qmp_->Execute("stop"));
+  // SECURITY: -sandbox spawn=deny forbids exec: URIs; QEMU writes the RAM image to an fd we pass.
+  auto got = qmp_->Execute("getfd", {{"fdname", "suspend"}}, std::chrono::seconds(10), fd);
+  if (!got.ok()) {
+    close(fd);
+    return fail(got.error());
+  }
+  auto mig = qmp_->Execute("migrate", {{"uri", "fd:suspend"}});
+  if (!mig.ok()) {
+    close(fd);
+    return fail(mig.error());
+  }
+  auto deadline = Clock::now() + std::chrono::minutes(10);
+  while (true) {
+    auto st = qmp_->Execute("query-migrate");
+    if (!st.ok()) {
+      close(fd);
+      return fail(st.error());
+    }
+    std::string s = JsonString(*st, "status");
+    if (s == "completed") break;
+    if (s == "failed" || s == "cancelled" || Clock::now() > deadline) {
+      close(fd);
+      return fail(Error(ErrorCode::kIo, "saving the VM state failed (migration " + s + ")"));
+    }
+    // Waiting for QEMU to finish writing: poll with a bounded deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (fsync(fd) != 0) {
+    int err = errno;
+    close(fd);
+    return fail(ErrnoError("fsync " + tmp, err));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), paths_.suspend_state.c_str()) != 0) return fail(ErrnoError("rename", errno));
+  (void)qmp_->Execute("quit");
+  return OkStatus();
+}
+
+void Supervisor::ReplyAll(std::vector<std::shared_ptr<std::promise<json>>>& waiters,
+                          const json& reply) {
+  for (auto& w : waiters) w->set_value(reply);
+  waiters.clear();
+}
+
+// The transition table: which action is legal in which phase.
+void Supervisor::Handle(Action a) {
+  using T = Action::Type;
+  Phase phase;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    phase = phase_;
+  }
+  auto set_phase = [&](Phase p) {
+    std::lock_guard<std::mutex> l(mu_);
+    phase_ = p;
+    phase = p;
+  };
+  auto illegal = [&](const std::string& what, const std::string& hint) {
+    if (a.reply) {
+      a.reply->set_value(ErrorReply(Error(ErrorCode::kFailedPrecondition,
+                                          "cannot " + what + ": the workspace is " + PhaseName(phase),
+                                          hint)));
+    }
+  };
+  switch (a.type) {
+    case T::kReady: {
+      if (a.generation != generation_ || phase != Phase::kBooting) return;
+      Log("guest agent ready: " + a.info);
+      Progress("taking the proven-boot checkpoint");
+      if (Status st = TakeProvenBootCheckpoint(); !st.ok()) {
+        Log("warning: proven-boot checkpoint failed: " + st.error().ToString());
+      }
+      set_phase(Phase::kRunning);
+      deadline_.reset();
+      Progress("ready");
+      FinishProgress("ready " + a.info);
+      ReplyAll(ready_waiters_, StatusReply());
+      return;
+    }
+    case T::kChannelClosed:
+      if (a.generation == generation_) Log("channel closed: " + a.info);
+      return;
+    case T::kQemuExited: {
+      if (a.generation != generation_) return;
+      Log("QEMU exited with status " + std::to_string(a.exit_status));
+      qemu_pid_ = -1;
+      qmp_.reset();
+      std::shared_ptr<channel::Mux> mux;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        mux = std::move(mux_);
+      }
+      if (mux) mux->Stop();
+      if (phase == Phase::kRebooting) {
+        if (Status st = Boot(false); !st.ok()) {
+          ReplyAll(ready_waiters_, ErrorReply(st.error()));
+          set_phase(Phase::kExited);
+          exit_code_ = 1;
+        }
+        return;
+      }
+      if (phase == Phase::kBooting) {
+        FailBoot(Error(ErrorCode::kUnavailable,
+                       "QEMU exited during boot (status " + std::to_string(a.exit_status) + ")",
+                       "boot log: " + paths_.console_log + "; QEMU's messages: " +
+                           paths_.supervisor_log));
+        ReplyAll(ready_waiters_, ErrorReply(Error(ErrorCode::kUnavailable, "QEMU exited during boot")));
+      }
+      set_phase(Phase::kExited);
+      ReplyAll(stop_waiters_, {{"ok", true}, {"state", "stopped"}});
+      return;
+    }
+    case T::kSignal:
+      a.type = T::kStop;
+      a.timeout = opts_.stop_timeout;
+      [[fallthrough]];
+    case T::kStop: {
+      if (a.reply) stop_waiters_.push_back(a.reply);
+      if (phase == Phase::kExited) {
+        ReplyAll(stop_waiters_, {{"ok", true}, {"state", "stopped"}});
+        return;
+      }
+      if (a.force || phase == Phase::kBooting || !qmp_) {
+        // Booting guests may not handle ACPI yet: a stop during boot is a kill.
+        if (phase == Phase::kBooting && !a.force) Log("stop during boot: killing QEMU");
+        if (qemu_pid_ > 0) kill(qemu_pid_, SIGKILL);
+        if (phase == Phase::kBooting) {
+          FailBoot(Error(ErrorCode::kCancelled, "stopped while booting", "`cloister start " +
+                                                                             opts_.name + "`"));
+        }
+        set_phase(Phase::kStopping);
+        return;
+      }
+      if (phase == Phase::kStopping) return;  // already on its way
+      set_phase(Phase::kStopping);
+      Progress("powering off (ACPI)");
+      if (auto r = qmp_->Execute("system_powerdown"); !r.ok()) {
+        Log("system_powerdown failed: " + r.error().ToString() + "; killing QEMU");
+        kill(qemu_pid_, SIGKILL);
+      }
+      deadline_ = Clock::now() + a.timeout;
+      return;
+    }
+    case T::kSuspend: {
+      if (phase != Phase::kRunning) {
+        illegal("suspend", phase == Phase::kBooting ? "wait until it is running" : "");
+        return;
+      }
+      set_phase(Phase::kSuspending);
+      Progress("saving RAM to " + paths_.suspend_state);
+      if (Status st = Suspend(); !st.ok()) {
+        set_phase(Phase::kRunning);
+        a.reply->set_value(ErrorReply(st.error()));
+        return;
+      }
+      stop_waiters_.push_back(a.reply);
+      deadline_ = Clock::now() + std::chrono::seconds(30);  // QEMU quits after the save
+      return;
+    }
+    case T::kReboot: {
+      if (phase != Phase::kRunning) {
+        illegal("reboot", "wait until it is running, or use `cloister stop` then `cloister start`");
+        return;
+      }
+      set_phase(Phase::kRebooting);
+      ready_waiters_.push_back(a.reply);
+      Progress("rebooting: powering off (ACPI)");
+      if (auto r = qmp_->Execute("system_powerdown"); !r.ok()) kill(qemu_pid_, SIGKILL);
+      deadline_ = Clock::now() + a.timeout;
+      return;
+    }
+  }
+}
+
+json Supervisor::StatusReply() {
+  std::lock_guard<std::mutex> l(mu_);
+  return {{"ok", true},
+          {"state", PhaseName(phase_)},
+          {"stage", stage_},
+          {"name", opts_.name},
+          {"supervisor_pid", getpid()},
+          {"qemu_pid", qemu_pid_},
+          {"accel", AccelName(opts_.accel)},
+          {"boot_id", boot_id_},
+          {"last_checkpoint", last_checkpoint_},
+          {"ephemeral", ephemeral_}};
+}
+
+void Supervisor::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++active_connections_;
+    }
+    std::thread([this, fd] {
+      HandleConnection(fd);
+      std::lock_guard<std::mutex> l(mu_);
+      --active_connections_;
+      cv_.notify_all();
+    }).detach();
+  }
+}
+
+void Supervisor::HandleConnection(int fd) {
+  LineConn conn(fd);
+  auto req = conn.Read(Clock::now() + std::chrono::seconds(10));
+  if (!req.ok()) return;
+  std::string op = JsonString(*req, "op");
+  if (op == "status") {
+    (void)conn.Send(StatusReply());
+    return;
+  }
+  if (op == "open-exec") {
+    std::shared_ptr<channel::Mux> mux;
+    Phase phase;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      mux = mux_;
+      phase = phase_;
+    }
+    if (!mux || phase != Phase::kRunning) {
+      (void)conn.Send(ErrorReply(Error(ErrorCode::kFailedPrecondition,
+                                       std::string("the workspace is ") + PhaseName(phase),
+                                       "`cloister start " + opts_.name + "`")));
+      return;
+    }
+    std::vector<std::string> args;
+    if (auto a = req->find("args"); a != req->end() && a->is_array() && a->size() <= 64) {
+      for (const auto& s : *a) {
+        if (s.is_string()) args.push_back(s.get<std::string>());
+      }
+    }
+    auto stream = mux->Open("exec", args, std::chrono::seconds(30));
+    if (!stream.ok()) {
+      (void)conn.Send(ErrorReply(stream.error()));
+      return;
+    }
+    (void)conn.Send({{"ok", true}}, *stream);
+    close(*stream);
+    return;
+  }
+  Action a(Action::Type::kStop);
+  if (op == "stop") {
+    a.type = Action::Type::kStop;
+    if (auto f = req->find("force"); f != req->end() && f->is_boolean()) a.force = *f;
+    if (auto t = req->find("timeout_ms"); t != req->end() && t->is_number_unsigned()) {
+      a.timeout = std::chrono::milliseconds(std::min<uint64_t>(t->get<uint64_t>(), 3600000));
+    }
+  } else if (op == "suspend") {
+    a.type = Action::Type::kSuspend;
+  } else if (op == "reboot") {
+    a.type = Action::Type::kReboot;
+    a.timeout = std::chrono::seconds(60);
+  } else {
+    (void)conn.Send(ErrorReply(Error(ErrorCode::kInvalidArgument, "unknown request '" + op + "'")));
+    return;
+  }
+  a.reply = std::make_shared<std::promise<json>>();
+  auto future = a.reply->get_future();
+  Enqueue(std::move(a));
+  (void)conn.Send(future.get());
+}
+
+void Supervisor::SignalLoop() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    Log("signal " + std::to_string(sig) + ": stopping the VM");
+    Enqueue(Action(Action::Type::kSignal));
+  }
+}
+
+void Supervisor::Cleanup() {
+  std::shared_ptr<channel::Mux> mux;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    mux = std::move(mux_);
+  }
+  if (mux) mux->Stop();
+  if (qemu_pid_ > 0) {
+    kill(qemu_pid_, SIGKILL);
+    WaitChild(qemu_pid_, std::chrono::seconds(10));
+  }
+  qmp_.reset();
+  // Let connection threads deliver their replies (bounded).
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::seconds(3), [this] { return active_connections_ == 0; });
+  }
+  if (wake_pipe_[1] >= 0) (void)!write(wake_pipe_[1], "x", 1);
+  for (const std::string& f : {paths_.qmp_socket, paths_.channel_socket, paths_.supervisor_socket}) {
+    unlink(f.c_str());
+  }
+  // The suspended guest keeps its metadata disk for the resume.
+  if (access(paths_.suspend_state.c_str(), F_OK) != 0) unlink(paths_.meta_disk.c_str());
+  lock_.reset();
+  if (ephemeral_ && store_) {
+    Log("ephemeral workspace: deleting it");
+    if (Status st = store_->Remove(opts_.name); !st.ok()) Log("delete failed: " + st.error().ToString());
+  }
+  unlink(paths_.supervisor_pid.c_str());
+  if (pid_fd_ >= 0) close(pid_fd_);
+}
+
+int Supervisor::Run() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  // The progress pipe must not leak into QEMU (it would hold `start` open after ready).
+  if (opts_.progress_fd >= 0) fcntl(opts_.progress_fd, F_SETFD, FD_CLOEXEC);
+  Log("supervisor for " + opts_.name + " starting (pid " + std::to_string(getpid()) + ")");
+
+  Status st = Init();
+  if (st.ok()) st = Boot(/*resume=*/access(paths_.suspend_state.c_str(), F_OK) == 0);
+  if (!st.ok()) {
+    FailBoot(st.error());
+    Cleanup();
+    return exit_code_ ? exit_code_ : 1;
+  }
+  while (true) {
+    std::optional<Action> next;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (phase_ == Phase::kExited) break;
+      auto pred = [this] { return !queue_.empty(); };
+      if (deadline_) cv_.wait_until(l, *deadline_, pred);
+      else cv_.wait(l, pred);
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (next) {
+      Handle(std::move(*next));
+      continue;
+    }
+    if (!deadline_ || Clock::now() < *deadline_) continue;
+    deadline_.reset();
+    Phase phase;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      phase = phase_;
+    }
+    if (phase == Phase::kBooting) {
+      FailBoot(Error(ErrorCode::kUnavailable,
+                     "the guest agent did not report ready within " +
+                         std::to_string(opts_.ready_timeout.count()) + " s",
+                     "boot log: " + paths_.console_log));
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        phase_ = Phase::kStopping;
+      }
+    } else {
+      Log("QEMU did not stop in time: killing it");
+    }
+    if (qemu_pid_ > 0) kill(qemu_pid_, SIGKILL);
+  }
+  Cleanup();
+  Log("supervisor exiting with " + std::to_string(exit_code_));
+  return exit_code_;
+}
+
+}  // namespace
+
+int RunSupervisor(const SupervisorOptions& options) {
+  Supervisor supervisor(options);
+  return supervisor.Run();
+}
+
+}  // namespace cloister::vm

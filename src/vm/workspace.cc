@@ -1,0 +1,71 @@
+#include "vm/workspace.h"
+
+#include <sys/stat.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "vm/supervisor.h"
+
+namespace cloister::vm {
+
+namespace fs = std::filesystem;
+
+RunPaths RunPathsFor(const Store& store, const std::string& name) {
+  WorkspacePaths p = store.Paths(name);
+  RunPaths r;
+  r.name = name;
+  r.workspace_dir = p.dir;
+  r.run_dir = p.run_dir;
+  r.supervisor_pid = p.supervisor_pid;
+  r.supervisor_socket = p.supervisor_socket;
+  r.supervisor_log = p.dir + "/supervisor.log";  // asked store for a layout.h constant
+  r.qmp_socket = p.qmp_socket;
+  r.channel_socket = p.channel_socket;
+  r.meta_disk = p.meta_disk;
+  r.console_log = p.console_log;
+  r.suspend_state = p.suspend_state;
+  return r;
+}
+
+Result<KernelFiles> KernelFilesFor(const WorkspaceConfig& config) {
+  if (config.image.path.empty()) {
+    return Error(ErrorCode::kFailedPrecondition, "workspace " + config.name + " names no base image");
+  }
+  fs::path dir = fs::path(config.image.path).parent_path();
+  KernelFiles k{(dir / "vmlinuz").string(), (dir / "initrd.img").string()};
+  struct stat st;
+  for (const std::string& f : {k.kernel, k.initrd}) {
+    if (stat(f.c_str(), &st) != 0) {
+      return Error(ErrorCode::kNotFound, "the image's kernel files are missing: " + f,
+                   "rebuild the image (`cloister image build`)");
+    }
+  }
+  return k;
+}
+
+bool IsEphemeral(const WorkspaceConfig& config) {
+  auto it = config.extra.find(kEphemeralKey);
+  return it != config.extra.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::vector<std::string> CollectDeadEphemeral(Store& store) {
+  std::vector<std::string> removed;
+  auto list = store.List();
+  if (!list.ok()) return removed;
+  for (const WorkspaceSummary& ws : *list) {
+    if (!ws.config || !IsEphemeral(*ws.config)) continue;
+    // A `run --rm` between create and start has no supervisor yet: leave young ones alone.
+    if (std::time(nullptr) - ws.config->created < 120) continue;
+    VmStatus st = DeriveStatus(RunPathsFor(store, ws.name), std::chrono::seconds(2));
+    if (st.state != VmState::kStopped && st.state != VmState::kBroken &&
+        st.state != VmState::kSuspended) {
+      continue;
+    }
+    // A `run --rm` still setting it up holds the workspace lock; Remove then fails busy: skip.
+    if (store.Remove(ws.name).ok()) removed.push_back(ws.name);
+  }
+  return removed;
+}
+
+}  // namespace cloister::vm
