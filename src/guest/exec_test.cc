@@ -324,6 +324,39 @@ TEST_F(ExecTest, ConcurrentExecsKeepTheirOwnOutputAndCodes) {
   EXPECT_EQ(good.load(), 12);
 }
 
+TEST_F(ExecTest, CommandIsHungUpWhenTheClientGoesAway) {
+  // A killed `cloister exec` must not leave its command running in the guest.
+  auto fd = host_->Open(channel::kExecService, {});
+  ASSERT_TRUE(fd.ok());
+  std::string marker = (dir_ / "got-hup").string();
+  std::string msg;
+  channel::EncodeExecMessage(
+      channel::ExecMsg::kRequest,
+      channel::EncodeExecRequest(Req({"sh", "-c", "trap 'echo hup > " + marker +
+                                                      "; exit 1' HUP; echo ready; "
+                                                      "while :; do sleep 0.05; done"})),
+      msg);
+  ASSERT_EQ(write(*fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
+  std::string seen;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (seen.find("ready") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{*fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[1024];
+    ssize_t n = read(*fd, buf, sizeof buf);
+    if (n <= 0) break;
+    seen.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_NE(seen.find("ready"), std::string::npos);
+  close(*fd);  // the client dies
+  deadline = std::chrono::steady_clock::now() + 20s;
+  while (!std::filesystem::exists(marker) && std::chrono::steady_clock::now() < deadline) {
+    pollfd none{-1, 0, 0};
+    poll(&none, 0, 20);  // the file appears asynchronously; nothing to wait on but time
+  }
+  EXPECT_TRUE(std::filesystem::exists(marker));
+}
+
 // A hostile guest on the other end of an exec stream: the client must fail cleanly.
 TEST(ExecClientTest, MalformedOrTruncatedGuestOutputFailsCleanly) {
   auto run_against = [](const std::string& guest_bytes) {
