@@ -11,6 +11,14 @@ namespace cloister::catalog::names {
 inline constexpr char kImagesDir[] = "images";
 // <store>/keys/: the keyring and the local publisher key.
 inline constexpr char kKeysDir[] = "keys";
+// <store>/catalogs/<channel>/: the adopted (verified) catalog of each channel.
+inline constexpr char kCatalogsDir[] = "catalogs";
+inline constexpr char kCatalogFile[] = "catalog.json";
+inline constexpr char kSignatureFile[] = "catalog.json.sig";
+// <store>/keys/keyring.json: trusted publisher keys; keys/publisher.key: this host's signing key.
+inline constexpr char kKeyringFile[] = "keyring.json";
+inline constexpr char kPublisherKeyFile[] = "publisher.key";
+inline constexpr char kPublisherPubFile[] = "publisher.pub";
 // <store>/cache/debs/: Debian packages downloaded for image builds (reused by later builds).
 inline constexpr char kDebCacheDir[] = "cache/debs";
 

@@ -1,8 +1,18 @@
-// `cloister image ...`: build, list, verify, import and remove base images.
-#include <iostream>
-#include <memory>
+// `cloister image ...`: build, list, verify, import and remove base images; show and trust
+// publisher keys. Thin over catalog::CatalogStore (the signed catalog) and image:: (the builders).
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "base/strings.h"
 #include "catalog/names.h"
+#include "catalog/signing.h"
+#include "catalog/store.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "image/builder.h"
@@ -10,37 +20,279 @@
 namespace cloister::cli {
 namespace {
 
-void AddImageBuild(CLI::App& image, Cli& cli) {
+using catalog::CatalogStore;
+
+nlohmann::json EntryJson(const catalog::ImageEntry& e) {
+  nlohmann::json arts = nlohmann::json::array();
+  for (const auto& a : e.artifacts) {
+    arts.push_back({{"role", a.role}, {"file", a.file}, {"size", a.size}, {"sha256", a.sha256}});
+  }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : e.post_install) steps.push_back(s.name);
+  return {{"name", e.name},         {"version", e.version},     {"arch", e.arch},
+          {"kernel_cmdline", e.kernel_cmdline}, {"artifacts", arts}, {"post_install", steps}};
+}
+
+Result<catalog::ImageEntry> RunBuild(bool test, const image::BuildOptions& b) {
+  if (test) return image::BuildTestImage(b);
+  return image::BuildFullImage(b);
+}
+
+// Writes DIR/catalog.json, DIR/catalog.json.sig for `entry` (artifacts already in DIR/<name>/),
+// signed by this host's publisher key for `channel`, importable elsewhere with `image import`.
+Status WriteExportCatalog(CatalogStore& store, const std::string& dir, const std::string& channel,
+                          const catalog::ImageEntry& entry) {
+  auto pub = store.LocalPublicKey();
+  if (!pub.ok()) return pub.error();
+  ASSIGN_OR_RETURN(auto key, catalog::PublisherKey::LoadOrCreate(store.PublisherKeyPath()));
+  catalog::Catalog c;
+  c.channel = channel;
+  c.signed_at = static_cast<int64_t>(std::time(nullptr));
+  c.sequence = static_cast<uint64_t>(c.signed_at);  // increases with every export
+  c.images.push_back(entry);
+  ASSIGN_OR_RETURN(std::string sig, key.Sign(catalog::CanonicalBytes(c)));
+  RETURN_IF_ERROR(catalog::WriteFileAtomic(dir + "/" + catalog::names::kCatalogFile,
+                                           catalog::SerializeCatalog(c), 0644));
+  return catalog::WriteFileAtomic(dir + "/" + catalog::names::kSignatureFile,
+                                  catalog::SerializeSignature({key.key_id(), sig}), 0644);
+}
+
+void AddBuild(CLI::App& image, Cli& cli) {
   struct Opts {
     bool test = false;
     std::string out;
+    std::string channel = "published";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = image.add_subcommand(
-      "build", "Build the default base image from Debian 12 packages (--test: the tiny test image)");
-  cmd->add_flag("--test", o->test, "Build the tiny busybox test image (seconds) instead of debian-12");
-  cmd->add_option("--out", o->out, "Write the artifacts to DIR (default: the store's images dir)");
+      "build",
+      "Build the default base image (debian-12) from Debian 12 packages, sign it into the local "
+      "catalog; --test builds the tiny busybox test image in seconds");
+  cmd->add_flag("--test", o->test, "Build the test image instead of debian-12");
+  cmd->add_option("--out", o->out,
+                  "Publish to DIR instead of the store: DIR/<name>/ artifacts plus a catalog "
+                  "signed by this host's key for --channel, for `image import` elsewhere");
+  cmd->add_option("--channel", o->channel, "Channel of the catalog written with --out")
+      ->capture_default_str();
   cmd->callback([&cli, o] {
-    std::string store = cli.StoreRoot();
-    image::BuildOptions b;
+    std::string store_root = cli.StoreRoot();
+    CatalogStore store(store_root);
     std::string name = o->test ? image::kTestImageName : image::kFullImageName;
-    b.out_dir = o->out.empty() ? store + "/" + catalog::names::kImagesDir + "/" + name : o->out;
-    b.cache_dir = store + "/" + catalog::names::kDebCacheDir;
+    image::BuildOptions b;
+    b.cache_dir = store_root + "/" + catalog::names::kDebCacheDir;
     b.progress = [&cli](const std::string& line) { cli.err() << line << std::endl; };
-    if (!o->test) {
-      cli.Fail(Error(ErrorCode::kUnavailable, "the full debian-12 image build is not implemented yet",
-                     "use `cloister image build --test`"));
-      return;
+    std::string images = store_root + "/" + catalog::names::kImagesDir;
+    if (!o->out.empty()) {
+      if (!catalog::IsValidName(o->channel) || o->channel == catalog::kLocalChannel) {
+        cli.Fail(Error(ErrorCode::kInvalidArgument, "invalid --channel \"" + o->channel + "\"",
+                       "use a name like build-host (\"local\" is this host's own channel)"));
+        return;
+      }
+      b.out_dir = o->out + "/" + name;
+      b.work_dir = o->out + "/.work-" + name;
+    } else {
+      b.out_dir = images + "/.build-" + name;
+      b.work_dir = images + "/.work-" + name;
     }
-    auto entry = image::BuildTestImage(b);
+    auto start = std::chrono::steady_clock::now();
+    auto entry = RunBuild(o->test, b);
     if (!entry.ok()) {
       cli.Fail(entry.error());
       return;
     }
-    cli.out() << "built " << entry->name << " " << entry->version << " in " << b.out_dir << "\n";
-    for (const auto& a : entry->artifacts) {
-      cli.out() << "  " << a.file << "  " << a.size << " bytes  sha256:" << a.sha256 << "\n";
+    Status s = o->out.empty() ? store.PublishLocal(*entry, b.out_dir)
+                              : WriteExportCatalog(store, o->out, o->channel, *entry);
+    if (!s.ok()) {
+      cli.Fail(s.error());
+      return;
     }
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const catalog::Artifact* disk = entry->FindArtifact(catalog::kRoleDisk);
+    char t[32];
+    std::snprintf(t, sizeof t, "%.1f s", secs);
+    cli.out() << "built " << entry->name << " " << entry->version << " in " << t << "\n"
+              << "  disk sha256:" << disk->sha256 << " (" << FormatSize(disk->size) << ")\n"
+              << (o->out.empty() ? "  signed into the local catalog; use it with "
+                                   "`cloister create --image " + entry->name + "`\n"
+                                 : "  published to " + o->out + " (channel " + o->channel +
+                                       "); import it with `cloister image import " + o->out +
+                                       "`\n");
+  });
+}
+
+void AddLs(CLI::App& image, Cli& cli) {
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = image.add_subcommand("ls", "List the images of every verified catalog");
+  cmd->add_flag("--json", *json, "Print as JSON");
+  cmd->callback([&cli, json] {
+    CatalogStore store(cli.StoreRoot());
+    auto list = store.ListImages();
+    if (!list.ok()) {
+      cli.Fail(list.error());
+      return;
+    }
+    if (*json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& l : *list) {
+        nlohmann::json j = EntryJson(l.entry);
+        j["channel"] = l.channel;
+        j["present"] = l.present;
+        arr.push_back(j);
+      }
+      cli.PrintJson(arr);
+      return;
+    }
+    if (list->empty()) {
+      cli.out() << "no images (build one: `cloister image build`, or `cloister image build "
+                   "--test`)\n";
+      return;
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %s\n", "NAME", "CHANNEL", "VERSION",
+                  "DISK", "SHA256");
+    cli.out() << line;
+    for (const auto& l : *list) {
+      const catalog::Artifact* disk = l.entry.FindArtifact(catalog::kRoleDisk);
+      std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %s%s\n", l.entry.name.c_str(),
+                    l.channel.c_str(), l.entry.version.c_str(),
+                    FormatSize(disk ? disk->size : 0).c_str(),
+                    disk ? disk->sha256.substr(0, 16).c_str() : "-",
+                    l.present ? "" : "  (artifacts missing)");
+      cli.out() << line;
+    }
+  });
+}
+
+void AddVerify(CLI::App& image, Cli& cli) {
+  auto name = std::make_shared<std::string>();
+  auto* cmd = image.add_subcommand(
+      "verify", "Re-hash image artifacts against the signed catalog (all images without NAME)");
+  cmd->add_option("name", *name, "Image name");
+  cmd->callback([&cli, name] {
+    CatalogStore store(cli.StoreRoot());
+    std::vector<std::string> names;
+    if (!name->empty()) {
+      names.push_back(*name);
+    } else {
+      auto list = store.ListImages();
+      if (!list.ok()) {
+        cli.Fail(list.error());
+        return;
+      }
+      for (const auto& l : *list) names.push_back(l.entry.name);
+    }
+    if (names.empty()) {
+      cli.Fail(Error(ErrorCode::kNotFound, "no images to verify", "build one: `cloister image build`"));
+      return;
+    }
+    for (const auto& n : names) {
+      auto start = std::chrono::steady_clock::now();
+      auto r = store.Resolve(n, catalog::Rehash::kYes);
+      if (!r.ok()) {
+        cli.Fail(r.error());
+        return;
+      }
+      double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      char t[32];
+      std::snprintf(t, sizeof t, "%.1f s", secs);
+      cli.out() << "ok " << r->name << " " << r->version << " (channel " << r->channel
+                << ", disk sha256:" << r->sha256.substr(0, 16) << "..., " << t << ")\n";
+    }
+  });
+}
+
+void AddImport(CLI::App& image, Cli& cli) {
+  struct Opts {
+    std::string dir;
+    std::string channel;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = image.add_subcommand(
+      "import", "Import a catalog, its signature and its artifacts published elsewhere");
+  cmd->add_option("dir", o->dir, "Directory with catalog.json, catalog.json.sig, <name>/...")
+      ->required();
+  cmd->add_option("--channel", o->channel,
+                  "Channel the catalog must be for (default: the one it names; its key must be "
+                  "trusted for it)");
+  cmd->callback([&cli, o] {
+    CatalogStore store(cli.StoreRoot());
+    auto c = store.Import(o->dir, o->channel,
+                          [&cli](const std::string& l) { cli.err() << l << std::endl; });
+    if (!c.ok()) {
+      cli.Fail(c.error());
+      return;
+    }
+    cli.out() << "imported channel " << c->channel << " sequence " << c->sequence << ":";
+    for (const auto& e : c->images) cli.out() << " " << e.name;
+    cli.out() << "\n";
+  });
+}
+
+void AddRm(CLI::App& image, Cli& cli) {
+  struct Opts {
+    std::string name;
+    bool yes = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = image.add_subcommand("rm", "Remove an image's artifacts (refused while in use)");
+  cmd->add_option("name", o->name, "Image name")->required();
+  cmd->add_flag("-f,--yes", o->yes, "Do not ask for confirmation");
+  cmd->callback([&cli, o] {
+    CatalogStore store(cli.StoreRoot());
+    Status ok = cli.Confirm("Remove image " + o->name + "?", o->yes);
+    if (!ok.ok()) {
+      cli.Fail(ok.error());
+      return;
+    }
+    Status s = store.Remove(o->name);
+    if (!s.ok()) {
+      cli.Fail(s.error());
+      return;
+    }
+    cli.out() << "removed image " << o->name << "\n";
+  });
+}
+
+void AddKey(CLI::App& image, Cli& cli) {
+  auto* cmd = image.add_subcommand(
+      "key", "Print this host's publisher public key (give it to machines that import from here)");
+  cmd->callback([&cli] {
+    CatalogStore store(cli.StoreRoot());
+    auto line = store.LocalPublicKey();
+    if (!line.ok()) {
+      cli.Fail(line.error());
+      return;
+    }
+    cli.out() << *line;
+  });
+}
+
+void AddTrust(CLI::App& image, Cli& cli) {
+  struct Opts {
+    std::string file;
+    std::string channel;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = image.add_subcommand("trust", "Trust a publisher key (from `image key`) for a channel");
+  cmd->add_option("keyfile", o->file, "File holding the publisher key line")->required();
+  cmd->add_option("--channel", o->channel, "Channel the key may sign")->required();
+  cmd->callback([&cli, o] {
+    std::ifstream in(o->file);
+    if (!in) {
+      cli.Fail(Error(ErrorCode::kNotFound, "cannot read " + o->file));
+      return;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    CatalogStore store(cli.StoreRoot());
+    Status s = store.TrustKey(ss.str(), o->channel);
+    if (!s.ok()) {
+      cli.Fail(s.error());
+      return;
+    }
+    cli.out() << "trusted key for channel " << o->channel << "\n";
   });
 }
 
@@ -49,7 +301,13 @@ void AddImageBuild(CLI::App& image, Cli& cli) {
 void AddImageCommand(CLI::App& app, Cli& cli) {
   auto* image = app.add_subcommand("image", "Build, list, verify, import and remove base images");
   image->require_subcommand(1);
-  AddImageBuild(*image, cli);
+  AddBuild(*image, cli);
+  AddLs(*image, cli);
+  AddVerify(*image, cli);
+  AddImport(*image, cli);
+  AddRm(*image, cli);
+  AddKey(*image, cli);
+  AddTrust(*image, cli);
 }
 
 }  // namespace cloister::cli

@@ -31,4 +31,9 @@ struct BuildOptions {
 // The tiny test image. Boots under TCG to its init in seconds; the init runs the boot hook.
 Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& options);
 
+// The full Debian 12 image (mmdebstrap, systemd, the standard kernel and Debian's initramfs,
+// user dev with passwordless sudo, git curl ca-certificates openssh-client tmux python3 nodejs
+// npm build-essential). Needs root. About 2-3 minutes.
+Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& options);
+
 }  // namespace cloister::image

@@ -1,0 +1,165 @@
+// The full image recipe: Debian 12 from mmdebstrap (systemd, Debian's standard kernel and its
+// initramfs, the tools a coding agent needs), then recorded post-install steps, then a raw ext4
+// disk. Kernel and initramfs are copied out beside the disk for direct kernel boot.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+#include "catalog/names.h"
+#include "catalog/sha256.h"
+#include "image/boot_hook.h"
+#include "image/builder.h"
+
+namespace cloister::image {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kFullDiskSize = 8ull << 30;  // sparse: blocks are only used as the guest writes
+
+const std::vector<std::string>& FullPackages() {
+  static const std::vector<std::string> k{
+      // boot
+      "systemd-sysv", "udev", "linux-image-amd64", "initramfs-tools", "kmod", "e2fsprogs",
+      // what the issue asks for a coding agent
+      "sudo", "git", "curl", "ca-certificates", "openssh-client", "tmux", "python3", "nodejs",
+      "npm", "build-essential",
+      // small conveniences every shell user expects
+      "iproute2", "procps", "less", "locales"};
+  return k;
+}
+
+std::vector<catalog::PostInstallStep> FullPostInstall() {
+  std::vector<catalog::PostInstallStep> steps;
+  steps.push_back({"user-dev",
+                   "chroot \"$1\" groupadd --gid 1000 dev\n"
+                   "chroot \"$1\" useradd --uid 1000 --gid 1000 --groups sudo --shell /bin/bash "
+                   "--home-dir /home/dev --no-create-home dev\n"
+                   "mkdir -p \"$1/home/dev\"\n"
+                   "chown 1000:1000 \"$1/home/dev\"\n"
+                   "chmod 0755 \"$1/home/dev\"\n"
+                   "printf 'dev ALL=(ALL) NOPASSWD:ALL\\n' > \"$1/etc/sudoers.d/cloister-dev\"\n"
+                   "chmod 0440 \"$1/etc/sudoers.d/cloister-dev\"\n"});
+  steps.push_back({"system",
+                   "echo cloister > \"$1/etc/hostname\"\n"
+                   "printf '127.0.0.1 localhost\\n127.0.1.1 cloister\\n::1 localhost ip6-localhost "
+                   "ip6-loopback\\n' > \"$1/etc/hosts\"\n"
+                   "printf '/dev/vda / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
+                   "echo 'C.UTF-8 UTF-8' > \"$1/etc/locale.gen\"\n"
+                   "echo 'LANG=C.UTF-8' > \"$1/etc/default/locale\"\n"});
+  steps.push_back(BootHookStep());
+  steps.push_back(BootServiceStep());
+  steps.push_back({"cleanup",
+                   "rm -f \"$1/etc/machine-id\" \"$1/var/lib/dbus/machine-id\"\n"
+                   ": > \"$1/etc/machine-id\"\n"
+                   "rm -rf \"$1/var/lib/apt/lists\"/* \"$1/var/cache/apt\"/*.bin "
+                   "\"$1/var/cache/ldconfig/aux-cache\" \"$1/var/cache/debconf\"/*-old "
+                   "\"$1/var/lib/dpkg\"/*-old \"$1/etc/ssh\"/ssh_host_*\n"
+                   "find \"$1/var/log\" -type f -exec truncate -s 0 {} +\n"
+                   "rm -f \"$1/etc/resolv.conf\"\n"});
+  return steps;
+}
+
+}  // namespace
+
+Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
+  if (o.out_dir.empty()) return Error(ErrorCode::kInvalidArgument, "BuildFullImage: no out_dir");
+  for (const char* tool : {"mmdebstrap", "mkfs.ext4", "chroot"}) {
+    if (!ProgramExists(tool)) {
+      return Error(ErrorCode::kUnavailable, std::string(tool) + " is not installed",
+                   "run scripts/install-deps.sh run");
+    }
+  }
+  if (geteuid() != 0) {
+    return Error(ErrorCode::kPermissionDenied, "building the full image needs root (mmdebstrap, chroot)",
+                 "run it with sudo, or use `cloister image build --test` for the test image");
+  }
+  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
+  RETURN_IF_ERROR(RemoveTree(work));
+  RETURN_IF_ERROR(MakeDirs(work));
+  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  Stages stages(o.progress, 5);
+
+  stages.Start("bootstrap (mmdebstrap bookworm, about 2 minutes)");
+  std::string root = work + "/rootfs";
+  RunOptions mm;
+  mm.env_set = {{"SOURCE_DATE_EPOCH", std::to_string(kSourceDateEpoch)},
+                {"LC_ALL", "C.UTF-8"},
+                {"TZ", "UTC"},
+                {"DEBIAN_FRONTEND", "noninteractive"}};
+  mm.capture_stdout = true;
+  mm.capture_stderr = true;
+  std::vector<std::string> argv{"mmdebstrap", "--mode=root", "--format=directory",
+                                "--variant=minbase", "--quiet",
+                                "--include=" + Join(FullPackages(), ","),
+                                "--dpkgopt=path-exclude=/usr/share/man/*",
+                                "--dpkgopt=path-exclude=/usr/share/info/*",
+                                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                                "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+                                "bookworm", root};
+  auto mr = RunProcessChecked(argv, mm);
+  if (!mr.ok()) return mr.error().WithContext("mmdebstrap");
+  stages.Done(FormatSize(TreeBytes(root)) + ", " + std::to_string(FullPackages().size()) +
+              " requested packages and their dependencies");
+
+  stages.Start("post-install");
+  std::vector<catalog::PostInstallStep> steps = FullPostInstall();
+  RETURN_IF_ERROR(RunPostInstall(steps, root));
+  stages.Done(std::to_string(steps.size()) + " steps");
+
+  stages.Start("kernel and initramfs");
+  std::string release;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root + "/lib/modules", ec)) {
+    release = e.path().filename().string();
+  }
+  if (release.empty()) return Error(ErrorCode::kCorrupt, "no kernel installed in the rootfs");
+  std::string vmlinuz = root + "/boot/vmlinuz-" + release;
+  std::string initrd = root + "/boot/initrd.img-" + release;
+  RETURN_IF_ERROR(CopyFile(vmlinuz, o.out_dir + "/" + catalog::names::kKernelFile));
+  RETURN_IF_ERROR(CopyFile(initrd, o.out_dir + "/" + catalog::names::kInitrdFile));
+  stages.Done(release + ", vmlinuz " + FormatSize(fs::file_size(vmlinuz)) + ", initrd " +
+              FormatSize(fs::file_size(initrd)));
+
+  stages.Start("disk (mkfs.ext4 -d)");
+  std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
+  Ext4Options ext4;
+  ext4.label = "cloister-root";
+  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/uuid");
+  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/hash");
+  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kFullDiskSize;
+  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
+  struct stat st;
+  uint64_t used = stat(disk.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes) + " (" + FormatSize(used) + " allocated)");
+
+  stages.Start("hash");
+  catalog::ImageEntry entry;
+  entry.name = kFullImageName;
+  std::string kver;
+  {
+    RunOptions q;
+    auto r = RunProcess({"chroot", root, "dpkg-query", "-W", "-f=${Version}", "linux-image-" + release}, q);
+    if (r.ok() && r->success()) kver = Trim(r->out);
+  }
+  entry.version = std::string(kFullRecipeVersion) + "+linux-" + (kver.empty() ? release : kver);
+  entry.arch = "amd64";
+  entry.kernel_cmdline = kKernelCmdline;
+  entry.post_install = steps;
+  for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
+                            std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
+                            std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
+    ASSIGN_OR_RETURN(catalog::FileDigest d, catalog::Sha256File(o.out_dir + "/" + file));
+    entry.artifacts.push_back({role, file, d.size, d.sha256});
+  }
+  RETURN_IF_ERROR(RemoveTree(work));
+  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
+  return entry;
+}
+
+}  // namespace cloister::image
