@@ -9,3 +9,11 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 CLOISTER="$PWD/$BUILD/src/cli/cloister"
 "$CLOISTER" version
+# The default base image: built once (mmdebstrap, a few minutes), then reused while it verifies
+# against the signed local catalog.
+if "$CLOISTER" image verify debian-12 >/dev/null 2>&1; then
+  echo "cloister: image debian-12 already built and verified"
+else
+  "$CLOISTER" image build
+fi
+"$CLOISTER" image ls
