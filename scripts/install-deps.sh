@@ -9,9 +9,9 @@ build_pkgs=(build-essential cmake ninja-build pkg-config git
   libssl-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libseccomp-dev libext2fs-dev)
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
-  xz-utils kmod fakeroot dosfstools mtools ca-certificates curl)
+  xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
-  mitmproxy python3 python3-botocore sqlite3 iproute2 tmux hyperfine)
+  mitmproxy python3 python3-botocore sqlite3 iproute2 tmux hyperfine xfsprogs)
 
 pkgs=("${build_pkgs[@]}")
 case "$level" in
