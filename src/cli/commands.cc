@@ -8,6 +8,14 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddVersionCommand(app, cli);
   AddCredCommand(app, cli);
   AddImageCommand(app, cli);
+  AddCreateCommand(app, cli);
+  AddLsCommand(app, cli);
+  AddDescribeCommand(app, cli);
+  AddResetCommand(app, cli);
+  AddWipeHomeCommand(app, cli);
+  AddWipeCommand(app, cli);
+  AddRmCommand(app, cli);
+  AddCheckpointCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -10,6 +10,14 @@ class Cli;
 void AddVersionCommand(CLI::App& app, Cli& cli);
 void AddCredCommand(CLI::App& app, Cli& cli);
 void AddImageCommand(CLI::App& app, Cli& cli);
+void AddCreateCommand(CLI::App& app, Cli& cli);
+void AddLsCommand(CLI::App& app, Cli& cli);
+void AddDescribeCommand(CLI::App& app, Cli& cli);
+void AddResetCommand(CLI::App& app, Cli& cli);
+void AddWipeHomeCommand(CLI::App& app, Cli& cli);
+void AddWipeCommand(CLI::App& app, Cli& cli);
+void AddRmCommand(CLI::App& app, Cli& cli);
+void AddCheckpointCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -1,0 +1,80 @@
+#include "base/strings.h"
+#include "cli/commands.h"
+#include "cli/store_verbs.h"
+
+namespace cloister::cli {
+
+void AddCreateCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand("create", "Create a workspace: a system disk cloned from a base "
+                                           "image, an empty home, a MAC and a keypair");
+  struct Opts {
+    std::string name, image, home_size = "64G";
+    uint32_t memory = kDefaultMemoryMib, cpus = kDefaultCpus;
+    std::vector<std::string> volumes;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name (a-z, 0-9, '.', '_', '-'; up to 63)")->required();
+  cmd->add_option("--image", o->image,
+                  "Base image: for now the path of a raw disk image file");
+  cmd->add_option("--memory", o->memory, "Guest memory in MiB")->capture_default_str();
+  cmd->add_option("--cpus", o->cpus, "Guest vCPUs")->capture_default_str();
+  cmd->add_option("--home-size", o->home_size,
+                  "Apparent size of the sparse home image (e.g. 64G); only what is written uses "
+                  "host space")
+      ->capture_default_str();
+  cmd->add_option("-v,--volume", o->volumes,
+                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (repeatable; never modified by "
+                  "cloister's disposal verbs)");
+  cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
+  cmd->callback([&cli, o] {
+    if (o->image.empty()) {
+      cli.Fail(Error(ErrorCode::kInvalidArgument, "no base image given",
+                     "pass --image /path/to/base.raw (a raw disk image)"));
+      return;
+    }
+    CreateRequest req;
+    req.name = o->name;
+    req.image = o->image;
+    req.memory_mib = o->memory;
+    req.cpus = o->cpus;
+    Result<uint64_t> home = ParseSize(o->home_size);
+    if (!home.ok()) {
+      cli.Fail(home.error());
+      return;
+    }
+    req.home_size = *home;
+    for (const std::string& v : o->volumes) {
+      Result<Volume> vol = ParseVolumeSpec(v);
+      if (!vol.ok()) {
+        cli.Fail(vol.error());
+        return;
+      }
+      req.volumes.push_back(*vol);
+    }
+    auto store = OpenStore(cli);
+    if (!store.ok()) {
+      cli.Fail(store.error());
+      return;
+    }
+    Result<WorkspaceConfig> c = (*store)->Create(req);
+    if (!c.ok()) {
+      cli.Fail(c.error());
+      return;
+    }
+    if (o->json) {
+      cli.PrintJson(ConfigToJson(*c));
+      return;
+    }
+    LiveDisks d = (*store)->LiveDiskPaths(c->name, *c);
+    cli.out() << "Created workspace '" << c->name << "'\n"
+              << "  system disk: " << BaseName(d.system.path) << " ("
+              << (d.system.format == layout::DiskFormat::kRaw ? "reflink clone" : "qcow2 overlay")
+              << " of " << c->image.path << ")\n"
+              << "  home:        " << BaseName(d.home.path) << " (" << FormatSize(c->home_size)
+              << " sparse ext4)\n"
+              << "  MAC:         " << c->mac << "\n";
+  });
+}
+
+}  // namespace cloister::cli

@@ -1,0 +1,89 @@
+#include "cli/commands.h"
+#include "cli/store_verbs.h"
+
+namespace cloister::cli {
+
+void AddDescribeCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand("describe", "Show a workspace: config, disks and their sizes "
+                                             "(apparent and allocated), checkpoints, MAC, state");
+  auto name = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("NAME", *name, "Workspace name")->required();
+  cmd->add_flag("--json", *json, "Print as JSON");
+  cmd->callback([&cli, name, json] {
+    auto store = OpenStore(cli);
+    if (!store.ok()) {
+      cli.Fail(store.error());
+      return;
+    }
+    Result<WorkspaceInfo> info = (*store)->Describe(*name);
+    if (!info.ok()) {
+      cli.Fail(info.error());
+      return;
+    }
+    const WorkspaceConfig& c = info->config;
+    if (*json) {
+      nlohmann::json j;
+      j["config"] = ConfigToJson(c);
+      j["state"] = WorkspaceStateName(info->state);
+      j["directory"] = info->paths.dir;
+      j["compromised"] = c.compromised;
+      j["mac"] = c.mac;
+      nlohmann::json layers = nlohmann::json::array();
+      for (const LayerUsage& u : info->layers) {
+        layers.push_back({{"file", u.layer.file},
+                          {"disk", DiskKindName(u.layer.disk)},
+                          {"format", layout::DiskFormatName(u.layer.format)},
+                          {"role", u.role},
+                          {"backing", u.layer.on_base ? c.image.path : u.layer.backing},
+                          {"apparent_bytes", u.apparent},
+                          {"allocated_bytes", u.allocated}});
+      }
+      j["layers"] = layers;
+      nlohmann::json cps = nlohmann::json::array();
+      for (const CheckpointInfo& ci : info->checkpoints) cps.push_back(CheckpointJson(ci));
+      j["checkpoints"] = cps;
+      j["total_apparent_bytes"] = info->total_apparent;
+      j["total_allocated_bytes"] = info->total_allocated;
+      cli.PrintJson(j);
+      return;
+    }
+    std::ostream& out = cli.out();
+    out << "Name:        " << c.name << "\n"
+        << "State:       " << WorkspaceStateName(info->state) << "\n";
+    if (c.compromised) {
+      out << "Compromised: YES since " << FormatUtcIso8601(c.compromised_at) << ": "
+          << c.compromised_reason << "\n             (it will not start; fix: cloister wipe "
+          << c.name << ")\n";
+    } else {
+      out << "Compromised: no\n";
+    }
+    out << "Directory:   " << info->paths.dir << "\n"
+        << "Created:     " << FormatUtcIso8601(c.created) << "\n"
+        << "Image:       " << c.image.name << (c.image.version.empty() ? "" : " " + c.image.version)
+        << " (" << c.image.path << ", sha256 " << c.image.sha256 << ")\n"
+        << "Memory:      " << c.memory_mib << " MiB\n"
+        << "CPUs:        " << c.cpus << "\n"
+        << "MAC:         " << c.mac << "\n";
+    for (const Volume& v : c.volumes) {
+      out << "Volume:      " << v.host << " -> " << v.guest << (v.read_only ? " (ro)" : "") << "\n";
+    }
+    out << "Disks (apparent / allocated):\n";
+    if (c.system_top.empty()) out << "  system  absent: cloned from the base image at next start\n";
+    for (const LayerUsage& u : info->layers) {
+      out << "  " << (u.layer.disk == DiskKind::kSystem ? "system" : "home  ") << "  "
+          << u.layer.file << " [" << layout::DiskFormatName(u.layer.format) << ", " << u.role
+          << "] " << FormatSize(u.apparent) << " / " << FormatSize(u.allocated) << "\n";
+    }
+    out << "Checkpoints: " << info->checkpoints.size() << "\n";
+    for (const CheckpointInfo& ci : info->checkpoints) {
+      out << "  " << ci.record.id << "  " << FormatUtcIso8601(ci.record.created) << "  "
+          << (ci.record.automatic ? "automatic" : "manual   ") << "  "
+          << FormatSize(ci.allocated) << "\n";
+    }
+    out << "Total:       " << FormatSize(info->total_apparent) << " apparent, "
+        << FormatSize(info->total_allocated) << " allocated\n";
+  });
+}
+
+}  // namespace cloister::cli

@@ -1,0 +1,20 @@
+#include "cli/commands.h"
+#include "cli/store_verbs.h"
+
+namespace cloister::cli {
+
+void AddRmCommand(CLI::App& app, Cli& cli) {
+  AddDisposalVerb(
+      app, cli, "rm",
+      "Delete a workspace and everything it owns: both images, every checkpoint, the secrets "
+      "file, host-side SSH material, and its MAC reservation",
+      [](const WorkspaceConfig& c) {
+        return "Delete workspace '" + c.name + "' and everything it owns: system disk, home, " +
+               CountNoun(c.checkpoints.size(), "checkpoint") +
+               ", secrets file, SSH material, and its MAC reservation? Host folders shared "
+               "with -v are not touched.";
+      },
+      [](Store& s, const std::string& n) { return s.Remove(n); }, "Deleted '%s'.");
+}
+
+}  // namespace cloister::cli

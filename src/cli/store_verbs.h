@@ -1,0 +1,80 @@
+// Shared helpers of the workspace verbs (create, ls, describe, reset, wipe-home, wipe, rm,
+// checkpoint): opening the store from --store / $CLOISTER_HOME and rendering workspaces.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/strings.h"
+#include "cli/cli.h"
+#include "store/store.h"
+
+namespace cloister::cli {
+
+inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) { return Store::Open(cli.StoreRoot()); }
+
+inline nlohmann::json CheckpointJson(const CheckpointInfo& c) {
+  return {{"id", c.record.id},
+          {"created", FormatUtcIso8601(c.record.created)},
+          {"automatic", c.record.automatic},
+          {"system_layer", c.record.system},
+          {"home_layer", c.record.home},
+          {"allocated_bytes", c.allocated}};
+}
+
+inline std::string CountNoun(size_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+}  // namespace cloister::cli
+
+namespace cloister::cli {
+
+// The shape of every destructive verb: NAME, -f/--yes, a confirmation naming what goes (built
+// from the workspace's current config), then the store call.
+inline void AddDisposalVerb(
+    CLI::App& app, Cli& cli, const std::string& verb, const std::string& description,
+    std::function<std::string(const WorkspaceConfig&)> prompt,
+    std::function<Status(Store&, const std::string&)> run, std::string done) {
+  auto* cmd = app.add_subcommand(verb, description);
+  auto name = std::make_shared<std::string>();
+  auto yes = std::make_shared<bool>(false);
+  cmd->add_option("NAME", *name, "Workspace name")->required();
+  cmd->add_flag("-f,--yes", *yes, "Do not ask for confirmation");
+  cmd->callback([&cli, name, yes, prompt, run, done] {
+    auto store = OpenStore(cli);
+    if (!store.ok()) {
+      cli.Fail(store.error());
+      return;
+    }
+    Result<WorkspaceConfig> c = (*store)->LoadConfig(*name);
+    std::string question;
+    if (c.ok()) {
+      question = prompt(*c);
+    } else if (c.error().code() == ErrorCode::kNotFound && !*yes) {
+      cli.Fail(c.error());
+      return;
+    } else {
+      question = prompt(WorkspaceConfig{});  // damaged config: still ask
+    }
+    Status ok = cli.Confirm(question, *yes);
+    if (!ok.ok()) {
+      cli.Fail(ok.error());
+      return;
+    }
+    Status s = run(**store, *name);
+    if (!s.ok()) {
+      cli.Fail(s.error());
+      return;
+    }
+    std::string msg = done;
+    size_t pos = msg.find("%s");
+    if (pos != std::string::npos) msg.replace(pos, 2, *name);
+    cli.out() << msg << "\n";
+  });
+}
+
+}  // namespace cloister::cli

@@ -1,0 +1,140 @@
+// The workspace verbs driven in-process through RunCli, against a temp store.
+#include <stdlib.h>
+
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "store/env.h"
+
+namespace cloister::cli {
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out, err;
+  nlohmann::json json() const { return nlohmann::json::parse(out, nullptr, false); }
+};
+
+class StoreVerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cloister-cli-test.XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    base_ = dir_ + "/base.raw";
+    ASSERT_TRUE(Env::Default()->Truncate(base_, 64 << 20).ok());
+    ASSERT_TRUE(Env::Default()->WriteFile(dir_ + "/hdr", "x").ok());
+    store_ = dir_ + "/store";
+  }
+  void TearDown() override { (void)Env::Default()->RemoveAll(dir_); }
+
+  Outcome Run(std::vector<std::string> args, const std::string& input = "") {
+    std::vector<std::string> full = {"cloister", "--store", store_};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<const char*> argv;
+    for (const auto& a : full) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    std::istringstream in(input);
+    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
+    return {code, out.str(), err.str()};
+  }
+
+  Outcome Create(const std::string& name) {
+    return Run({"create", name, "--image", base_, "--home-size", "64M"});
+  }
+
+  std::string dir_, base_, store_;
+};
+
+TEST_F(StoreVerbsTest, EveryVerbHasHelp) {
+  for (std::vector<std::string> v :
+       {std::vector<std::string>{"create", "--help"}, {"ls", "--help"}, {"describe", "--help"},
+        {"reset", "--help"}, {"wipe-home", "--help"}, {"wipe", "--help"}, {"rm", "--help"},
+        {"checkpoint", "--help"}, {"checkpoint", "restore", "--help"}}) {
+    Outcome o = Run(v);
+    EXPECT_EQ(o.code, 0) << v[0];
+    EXPECT_NE(o.out.find("Usage: cloister " + v[0]), std::string::npos) << v[0] << o.out;
+  }
+}
+
+TEST_F(StoreVerbsTest, CreateLsDescribe) {
+  Outcome c = Create("dev");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("Created workspace 'dev'"), std::string::npos);
+  Outcome ls = Run({"ls", "--json"});
+  ASSERT_EQ(ls.code, 0);
+  nlohmann::json l = ls.json();
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["name"], "dev");
+  EXPECT_EQ(l[0]["state"], "stopped");
+  EXPECT_EQ(l[0]["compromised"], false);
+  Outcome human = Run({"ls"});
+  EXPECT_NE(human.out.find("dev"), std::string::npos);
+  Outcome d = Run({"describe", "dev", "--json"});
+  ASSERT_EQ(d.code, 0) << d.err;
+  nlohmann::json j = d.json();
+  EXPECT_EQ(j["config"]["home_size"], 64 << 20);
+  EXPECT_EQ(j["mac"], l[0]["mac"]);
+  ASSERT_EQ(j["layers"].size(), 2u);
+  EXPECT_EQ(j["layers"][1]["apparent_bytes"], 64 << 20);
+  EXPECT_LT(j["layers"][1]["allocated_bytes"].get<uint64_t>(), 16u << 20);
+  Outcome dh = Run({"describe", "dev"});
+  EXPECT_NE(dh.out.find("Compromised: no"), std::string::npos);
+}
+
+TEST_F(StoreVerbsTest, ErrorsAreOneLineWithAHint) {
+  Outcome bad = Run({"create", "../x", "--image", base_});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("cloister: error: invalid workspace name"), std::string::npos);
+  EXPECT_NE(bad.err.find("Hint: "), std::string::npos);
+  Outcome noimg = Run({"create", "x", "--image", dir_ + "/missing.raw"});
+  EXPECT_EQ(noimg.code, kExitError);
+  EXPECT_NE(noimg.err.find("image not found"), std::string::npos);
+  Outcome unknown = Run({"describe", "ghost"});
+  EXPECT_EQ(unknown.code, kExitError);
+  EXPECT_NE(unknown.err.find("no workspace named 'ghost'"), std::string::npos);
+  ASSERT_EQ(Create("dev").code, 0);
+  Outcome dup = Create("dev");
+  EXPECT_EQ(dup.code, kExitError);
+  EXPECT_NE(dup.err.find("already exists"), std::string::npos);
+}
+
+TEST_F(StoreVerbsTest, DestructiveVerbsNeedConfirmation) {
+  ASSERT_EQ(Create("dev").code, 0);
+  // No terminal and no --yes: refused, nothing deleted.
+  Outcome o = Run({"rm", "dev"});
+  EXPECT_EQ(o.code, kExitError);
+  EXPECT_NE(o.err.find("--yes"), std::string::npos);
+  EXPECT_EQ(Run({"ls", "--json"}).json().size(), 1u);
+  for (const char* verb : {"reset", "wipe-home", "wipe"}) {
+    Outcome v = Run({verb, "dev", "--yes"});
+    EXPECT_EQ(v.code, 0) << verb << v.err;
+  }
+  Outcome d = Run({"describe", "dev", "--json"});
+  EXPECT_EQ(d.json()["config"]["disks"]["system"], "");
+  EXPECT_EQ(Run({"rm", "-f", "dev"}).code, 0);
+  EXPECT_EQ(Run({"ls", "--json"}).json().size(), 0u);
+}
+
+TEST_F(StoreVerbsTest, CheckpointVerbs) {
+  ASSERT_EQ(Create("dev").code, 0);
+  Outcome c = Run({"checkpoint", "create", "dev"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  std::string id = c.out.substr(0, c.out.find('\n'));
+  Outcome ls = Run({"checkpoint", "ls", "dev", "--json"});
+  ASSERT_EQ(ls.json().size(), 1u);
+  EXPECT_EQ(ls.json()[0]["id"], id);
+  EXPECT_EQ(ls.json()[0]["automatic"], false);
+  EXPECT_EQ(Run({"checkpoint", "restore", "dev", id, "-f"}).code, 0);
+  Outcome missing = Run({"checkpoint", "restore", "dev", "20200101-000000", "-f"});
+  EXPECT_EQ(missing.code, kExitError);
+  EXPECT_NE(missing.err.find("checkpoint ls dev"), std::string::npos);
+  EXPECT_EQ(Run({"checkpoint", "rm", "dev", id, "--yes"}).code, 0);
+  EXPECT_EQ(Run({"checkpoint", "ls", "dev", "--json"}).json().size(), 0u);
+}
+
+}  // namespace
+}  // namespace cloister::cli
