@@ -132,7 +132,6 @@ WorkspacePaths Store::Paths(const std::string& name) const {
   p.config_lock = JoinPath(p.dir, layout::kConfigLockFile);
   p.checkpoints_dir = JoinPath(p.dir, layout::kCheckpointsDir);
   p.ssh_dir = JoinPath(p.dir, layout::kSshDir);
-  p.ssh_private_key = JoinPath(p.ssh_dir, layout::kSshPrivateKeyFile);
   p.ssh_public_key = JoinPath(p.ssh_dir, layout::kSshPublicKeyFile);
   p.secrets = JoinPath(p.dir, layout::kSecretsFile);
   p.run_dir = JoinPath(p.dir, layout::kRunDir);
@@ -141,8 +140,9 @@ WorkspacePaths Store::Paths(const std::string& name) const {
   p.qmp_socket = JoinPath(p.run_dir, layout::kQmpSocket);
   p.channel_socket = JoinPath(p.run_dir, layout::kChannelSocket);
   p.console_log = JoinPath(p.dir, layout::kConsoleLog);
+  p.supervisor_log = JoinPath(p.dir, layout::kSupervisorLogFile);
   p.suspend_state = JoinPath(p.dir, layout::kSuspendStateFile);
-  p.meta_disk = JoinPath(p.dir, layout::kMetaDiskFile);
+  p.meta_disk = JoinPath(p.run_dir, layout::kMetaDiskFile);
   p.trace_log = JoinPath(p.dir, layout::kTraceLogFile);
   return p;
 }
@@ -339,15 +339,6 @@ Status Store::CollectGarbage(const std::string& name) {
       if (kept == 0) RETURN_IF_ERROR(env_->RemoveDir(sub));
     }
   }
-  ASSIGN_OR_RETURN(FileInfo sshinfo, env_->Stat(p.ssh_dir));
-  if (sshinfo.is_dir) {
-    ASSIGN_OR_RETURN(std::vector<std::string> files, env_->ListDir(p.ssh_dir));
-    std::string tmp_prefix =
-        std::string(layout::kSshPrivateKeyFile) + std::string(layout::kTempSuffix);
-    for (const std::string& f : files) {
-      if (StartsWith(f, tmp_prefix)) RETURN_IF_ERROR(env_->RemoveFile(JoinPath(p.ssh_dir, f)));
-    }
-  }
   return OkStatus();
 }
 
@@ -405,19 +396,11 @@ Result<std::string> Store::NewHomeImage(const std::string& dir, const WorkspaceC
   return file;
 }
 
-Status Store::GenerateKeypair(const std::string& name, const std::string& ssh_dir) {
-  ASSIGN_OR_RETURN(FileInfo info, env_->Stat(ssh_dir));
-  if (!info.exists) RETURN_IF_ERROR(env_->CreateDir(ssh_dir, 0700));
-  std::string key = JoinPath(ssh_dir, layout::kSshPrivateKeyFile);
-  std::string tmp = key + std::string(layout::kTempSuffix);
-  RETURN_IF_ERROR(env_->RemoveFile(tmp));
-  RETURN_IF_ERROR(env_->RemoveFile(tmp + ".pub"));
-  Result<RunOutput> r = env_->RunToolChecked(
-      {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cloister-" + name, "-f", tmp});
-  if (!r.ok()) return r.error().WithContext("generating the workspace keypair");
-  RETURN_IF_ERROR(env_->Rename(tmp + ".pub", JoinPath(ssh_dir, layout::kSshPublicKeyFile)));
-  RETURN_IF_ERROR(env_->Rename(tmp, key));
-  return env_->SyncDir(ssh_dir);
+Status Store::MakeSshKey(const std::string& name, const std::string& dir) {
+  if (!options_.make_ssh_key) return OkStatus();
+  Status s = options_.make_ssh_key(name, dir);
+  if (!s.ok()) return s.error().WithContext("making the workspace SSH key");
+  return OkStatus();
 }
 
 Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
@@ -480,7 +463,7 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
   auto build = [&]() -> Status {
     ASSIGN_OR_RETURN(std::unique_ptr<FileLock> lock,
                      env_->LockFile(JoinPath(staging, layout::kLockFile), /*wait=*/false));
-    // System disk (generation 1), home image (generation 2), keypair.
+    // System disk (generation 1), home image (generation 2), SSH key.
     std::string stem = JoinPath(staging, std::string(layout::kSystemDiskStem) + ".1");
     ASSIGN_OR_RETURN(layout::DiskFormat fmt, CloneSystemDisk(env_, image.path, image.size, stem,
                                                              options_.system_disk_mode));
@@ -498,7 +481,7 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
     c.system_top = sys.file;
     c.home_top = home.file;
     c.next_generation = 3;
-    RETURN_IF_ERROR(GenerateKeypair(req.name, JoinPath(staging, layout::kSshDir)));
+    RETURN_IF_ERROR(MakeSshKey(req.name, staging));
     // Commit under the store lock: reserve the MAC, write the config, rename into place.
     ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
     MacRegistry registry(env_, MacRegistryPath());
@@ -624,6 +607,7 @@ Status Store::Reset(const std::string& name) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
   RETURN_IF_ERROR(RequireStopped(name, "reset"));
   RETURN_IF_ERROR(CollectGarbage(name));
+  RETURN_IF_ERROR(env_->RemoveFile(Paths(name).suspend_state));  // RAM image of the old disks
   std::string old;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& c) {
     old = c.system_top;
@@ -644,6 +628,7 @@ Status Store::WipeHome(const std::string& name) {
   WorkspacePaths p = Paths(name);
   uint64_t gen = c.next_generation;
   ASSIGN_OR_RETURN(std::string fresh, NewHomeImage(p.dir, c, gen));
+  RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
     if (!cfg.home_top.empty()) {
@@ -663,7 +648,7 @@ Status Store::WipeHome(const std::string& name) {
   RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
   RETURN_IF_ERROR(Compact(name, /*may_rewrite_live_tops=*/true));
   RETURN_IF_ERROR(CollectGarbage(name));
-  return GenerateKeypair(name, p.ssh_dir);
+  return MakeSshKey(name, p.dir);
 }
 
 Status Store::Wipe(const std::string& name) {
@@ -674,6 +659,7 @@ Status Store::Wipe(const std::string& name) {
   WorkspacePaths p = Paths(name);
   uint64_t gen = c.next_generation;
   ASSIGN_OR_RETURN(std::string fresh, NewHomeImage(p.dir, c, gen));
+  RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
     for (const DiskLayer& l : cfg.layers) dropped.push_back(l.file);
@@ -995,6 +981,7 @@ Status Store::RestoreCheckpoint(const std::string& name, const std::string& id) 
         CreateOverlay(env_, JoinPath(p.dir, file), JoinPath(p.dir, layer), l->format, vsize));
     tops.push_back({kind, file, layer});
   }
+  RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
     for (std::string* top : {&cfg.system_top, &cfg.home_top}) {
@@ -1022,6 +1009,22 @@ Status Store::RestoreCheckpoint(const std::string& name, const std::string& id) 
 
 Status Store::RemoveCheckpointLocked(const std::string& name, const std::string& id,
                                      bool may_rewrite_live_tops) {
+  // Re-running after a crash that came after the commit: the record is gone but its layers may
+  // still wait to be merged. Finish that, and say it is done.
+  ASSIGN_OR_RETURN(WorkspaceConfig current, LoadConfig(name));
+  std::string dir = JoinPath(Paths(name).checkpoints_dir, id);
+  if (!current.FindCheckpoint(id) && IsValidCheckpointId(id) && env_->Exists(dir)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> before, env_->ListDir(dir));
+    RETURN_IF_ERROR(Compact(name, may_rewrite_live_tops));
+    RETURN_IF_ERROR(CollectGarbage(name));
+    ASSIGN_OR_RETURN(WorkspaceConfig after, LoadConfig(name));
+    std::vector<std::string> left;
+    if (env_->Exists(dir)) {
+      ASSIGN_OR_RETURN(left, env_->ListDir(dir));
+    }
+    if (left != before || ConfigToJson(after) != ConfigToJson(current)) return OkStatus();
+    // Only internal layers that cannot be merged are left: the checkpoint is long gone.
+  }
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& c) -> Status {
     auto it = std::find_if(c.checkpoints.begin(), c.checkpoints.end(),
                            [&](const CheckpointRecord& r) { return r.id == id; });

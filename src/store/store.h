@@ -45,6 +45,12 @@ struct StoreOptions {
   std::function<int64_t()> clock;      // unix seconds; empty: the system clock
   SystemDiskMode system_disk_mode = SystemDiskMode::kAuto;
   uint64_t min_free_bytes = 256ull << 20;  // `create` refuses below this much free space
+  // Makes a fresh workspace SSH key: called by Create (with the staging directory, before the
+  // commit rename) and by WipeHome (workspace lock held, with the live directory). The
+  // implementation (sshagent, installed by the CLI in OpenStore) stores the private seed
+  // encrypted in <dir>/secrets.enc (vault) and writes only the PUBLIC key to
+  // <dir>/ssh/id_ed25519.pub. Empty: no key is made.
+  std::function<Status(const std::string& name, const std::string& workspace_dir)> make_ssh_key;
 };
 
 // $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else $HOME/.local/share/cloister.
@@ -59,7 +65,6 @@ struct WorkspacePaths {
   std::string config_lock;
   std::string checkpoints_dir;
   std::string ssh_dir;
-  std::string ssh_private_key;
   std::string ssh_public_key;
   std::string secrets;
   std::string run_dir;
@@ -68,6 +73,7 @@ struct WorkspacePaths {
   std::string qmp_socket;
   std::string channel_socket;
   std::string console_log;
+  std::string supervisor_log;
   std::string suspend_state;
   std::string meta_disk;
   std::string trace_log;
@@ -183,7 +189,7 @@ class Store {
   // Drops the live system disk; the next EnsureSystemDisk clones the base again. Home,
   // checkpoints, settings, secrets and keys stay.
   Status Reset(const std::string& name);
-  // A fresh empty home image and a new workspace keypair. Every checkpoint goes too (each holds a
+  // A fresh empty home image and a new workspace keypair (StoreOptions::make_ssh_key). Every checkpoint goes too (each holds a
   // copy of the old home). The system disk, settings and secrets stay.
   Status WipeHome(const std::string& name);
   // System disk and home together, every checkpoint, and the compromised flag. Settings, secrets,
@@ -269,7 +275,7 @@ class Store {
   Status Compact(const std::string& name, bool may_rewrite_live_tops);
   Result<std::string> NewHomeImage(const std::string& dir, const WorkspaceConfig& config,
                                    uint64_t generation);
-  Status GenerateKeypair(const std::string& name, const std::string& ssh_dir);
+  Status MakeSshKey(const std::string& name, const std::string& dir);
   Status RemoveUnreferenced(const std::string& name, const std::vector<std::string>& files);
   Result<CheckpointRecord> CommitCheckpointLocked(const std::string& name,
                                                   const PreparedCheckpoint& prepared,

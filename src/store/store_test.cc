@@ -32,7 +32,21 @@ class StoreTest : public ::testing::Test {
     StoreOptions o;
     o.clock = clock_.fn();
     o.system_disk_mode = SystemDiskMode::kQcow2;
+    o.make_ssh_key = FakeSshKeyHook(&key_calls_);
     store_ = std::move(Store::Open(root_, o)).value();
+  }
+
+  // Stands in for sshagent's hook: writes only a public key (a fresh random one each call).
+  static std::function<Status(const std::string&, const std::string&)> FakeSshKeyHook(int* calls) {
+    return [calls](const std::string& name, const std::string& dir) -> Status {
+      ++*calls;
+      Env* env = Env::Default();
+      RETURN_IF_ERROR(env->CreateDirs(dir + "/ssh", 0700));
+      std::string nonce = std::to_string(*calls) + "-" + std::to_string(getpid()) + "-" +
+                          std::to_string(reinterpret_cast<uintptr_t>(&nonce));
+      return env->AtomicWriteFile(dir + "/ssh/id_ed25519.pub",
+                                  "ssh-ed25519 FAKE" + nonce + " cloister:" + name + "\n");
+    };
   }
 
   CreateRequest Req(const std::string& name) {
@@ -59,6 +73,7 @@ class StoreTest : public ::testing::Test {
   testing::FakeClock clock_;
   std::string base_, root_;
   std::unique_ptr<Store> store_;
+  int key_calls_ = 0;
 };
 
 TEST_F(StoreTest, CreateMakesEveryFileOfTheWorkspace) {
@@ -99,9 +114,10 @@ TEST_F(StoreTest, CreateMakesEveryFileOfTheWorkspace) {
   ASSERT_EQ(macs.size(), 1u);
   EXPECT_EQ(macs[0].id, c.id);
   EXPECT_EQ(macs[0].mac, c.mac);
-  // Keypair, private key 0600.
-  EXPECT_EQ(env->Stat(p.ssh_private_key)->mode, 0600u);
-  EXPECT_NE(env->ReadFile(p.ssh_public_key)->find("ssh-ed25519 "), std::string::npos);
+  // The SSH key hook ran once, in the workspace dir; the store itself writes no key material.
+  EXPECT_EQ(key_calls_, 1);
+  EXPECT_NE(env->ReadFile(p.ssh_public_key)->find("cloister:dev"), std::string::npos);
+  EXPECT_EQ(*env->ListDir(p.ssh_dir), std::vector<std::string>{"id_ed25519.pub"});
   EXPECT_EQ(Consistent(), "");
 }
 
@@ -221,14 +237,16 @@ TEST_F(StoreTest, ResetDropsSystemDiskKeepsHomeAndReclonesAtStart) {
   GuestWrite(d.home.path, d.home.format, 32 << 20, 4096, 0x48);     // a file in ~
   WorkspacePaths p = store_->Paths("dev");
   ASSERT_TRUE(Env::Default()->WriteFile(p.secrets, "sealed").ok());
-  std::string key = *Env::Default()->ReadFile(p.ssh_private_key);
+  std::string key = *Env::Default()->ReadFile(p.ssh_public_key);
+  ASSERT_TRUE(Env::Default()->WriteFile(p.suspend_state, "ram").ok());
   ASSERT_TRUE(store_->Reset("dev").ok());
+  EXPECT_FALSE(Env::Default()->Exists(p.suspend_state)) << "a RAM image of the old disk must go";
   WorkspaceConfig c = *store_->LoadConfig("dev");
   EXPECT_TRUE(c.system_top.empty());
   EXPECT_FALSE(Env::Default()->Exists(d.system.path));
   EXPECT_TRUE(GuestReads(d.home.path, d.home.format, 32 << 20, 4096, 0x48));
   EXPECT_EQ(*Env::Default()->ReadFile(p.secrets), "sealed");
-  EXPECT_EQ(*Env::Default()->ReadFile(p.ssh_private_key), key);
+  EXPECT_EQ(*Env::Default()->ReadFile(p.ssh_public_key), key);
   EXPECT_EQ(Consistent(), "");
   // Start: a fresh clone that reads exactly as the base.
   auto lock = store_->LockWorkspace("dev");
@@ -248,7 +266,7 @@ TEST_F(StoreTest, WipeHomeMakesFreshHomeAndKeypairKeepsSystem) {
   GuestWrite(d.system.path, d.system.format, 2 << 20, 4096, 0x51);
   GuestWrite(d.home.path, d.home.format, 32 << 20, 4096, 0x48);
   ASSERT_TRUE(store_->CreateCheckpoint("dev").ok());
-  std::string key = *Env::Default()->ReadFile(p.ssh_private_key);
+  std::string key = *Env::Default()->ReadFile(p.ssh_public_key);
   ASSERT_TRUE(Env::Default()->WriteFile(p.secrets, "sealed").ok());
   ASSERT_TRUE(store_->WipeHome("dev").ok());
   LiveDisks after = Disks("dev");
@@ -256,7 +274,7 @@ TEST_F(StoreTest, WipeHomeMakesFreshHomeAndKeypairKeepsSystem) {
   EXPECT_FALSE(GuestReads(after.home.path, after.home.format, 32 << 20, 4096, 0x48));
   EXPECT_EQ(Env::Default()->Stat(after.home.path)->apparent, kHomeSize);
   EXPECT_TRUE(GuestReads(after.system.path, after.system.format, 2 << 20, 4096, 0x51));
-  EXPECT_NE(*Env::Default()->ReadFile(p.ssh_private_key), key);
+  EXPECT_NE(*Env::Default()->ReadFile(p.ssh_public_key), key);
   EXPECT_EQ(*Env::Default()->ReadFile(p.secrets), "sealed");
   EXPECT_TRUE(store_->LoadConfig("dev")->checkpoints.empty());
   // No copy of the old home survives anywhere in the workspace.
@@ -281,7 +299,7 @@ TEST_F(StoreTest, WipeClearsCompromiseKeepsSettingsKeysAndHostFolders) {
   GuestWrite(d.home.path, d.home.format, 32 << 20, 4096, 0x48);
   ASSERT_TRUE(store_->CreateCheckpoint("dev").ok());
   ASSERT_TRUE(Env::Default()->WriteFile(p.secrets, "sealed").ok());
-  std::string key = *Env::Default()->ReadFile(p.ssh_private_key);
+  std::string key = *Env::Default()->ReadFile(p.ssh_public_key);
   ASSERT_TRUE(store_->MarkCompromised("dev", "ghp_ placeholder sent to evil.example").ok());
   ASSERT_TRUE(store_->MarkCompromised("dev", "second reason").ok());
   WorkspaceConfig bad = *store_->LoadConfig("dev");
@@ -303,7 +321,7 @@ TEST_F(StoreTest, WipeClearsCompromiseKeepsSettingsKeysAndHostFolders) {
   EXPECT_EQ(c.volumes.size(), 1u);
   EXPECT_EQ(c.mac, bad.mac);
   EXPECT_EQ(*Env::Default()->ReadFile(p.secrets), "sealed");
-  EXPECT_EQ(*Env::Default()->ReadFile(p.ssh_private_key), key);
+  EXPECT_EQ(*Env::Default()->ReadFile(p.ssh_public_key), key);
   EXPECT_EQ(*Env::Default()->ReadFile(host + "/main.c"), "int main;");
   EXPECT_FALSE(Env::Default()->Exists(p.checkpoints_dir + "/" + bad.checkpoints.at(0).id));
   LiveDisks after = Disks("dev");
