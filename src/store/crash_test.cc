@@ -362,5 +362,37 @@ TEST_F(CrashTest, CheckpointRemove) {
   });
 }
 
+TEST_F(CrashTest, LiveCheckpointPrepareCommit) {
+  // The VM module's proven-boot checkpoint: prepare, QEMU switches to the overlays (here: the
+  // guest writes into them), commit with the VM running.
+  RunEveryCrashPoint({
+      [this](Store& s) {
+        CreateDev(s);
+        Session(s, 0x11);
+      },
+      [](Store& s) -> Status {
+        ASSIGN_OR_RETURN(WorkspaceLock lock, s.LockWorkspace("dev"));
+        ASSIGN_OR_RETURN(PreparedCheckpoint p, s.PrepareCheckpoint(lock, {true}));
+        for (const auto& d : p.disks) {
+          GuestWrite(d.new_top_path, DiskFormat::kQcow2, d.disk == DiskKind::kSystem ? kSysOff : kHomeOff,
+                     4096, 0x22);
+        }
+        Result<CheckpointRecord> r = s.CommitCheckpoint(lock, p, /*vm_running=*/true);
+        if (!r.ok()) return r.error();
+        return OkStatus();
+      },
+      {},
+      [this](Store& s) {
+        WorkspaceConfig c = *s.LoadConfig("dev");
+        ASSERT_GE(c.checkpoints.size(), 1u);
+        EXPECT_TRUE(HomeReads(s, 0x22));
+        EXPECT_TRUE(SystemReads(s, 0x22));
+        ASSERT_TRUE(s.RestoreCheckpoint("dev", c.checkpoints.front().id).ok());
+        EXPECT_TRUE(HomeReads(s, 0x11));
+        EXPECT_TRUE(SystemReads(s, 0x11));
+      },
+  });
+}
+
 }  // namespace
 }  // namespace cloister

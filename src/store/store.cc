@@ -748,11 +748,10 @@ Status Store::Compact(const std::string& name, bool may_rewrite_live_tops) {
         break;
       }
       if (l.backing.empty() && !l.on_base) continue;  // a raw bottom layer stays as internal
-      bool touches_live = false;
-      for (const DiskLayer* k : kids) {
-        touches_live |= k->file == c.system_top || k->file == c.home_top;
-      }
-      if (touches_live && !may_rewrite_live_tops) continue;
+      // While a VM runs, every layer of its chains is open in QEMU (the backing files read-only):
+      // no merge then, only deletion of layers nothing reads through. EnsureSystemDisk merges at
+      // the next start.
+      if (!may_rewrite_live_tops) continue;
       victim = &l;
       merge = true;
       break;

@@ -243,8 +243,9 @@ class Store {
   //   On failure before 3, call AbortCheckpoint (or leave it: the next verb deletes the files).
   //   If QEMU had switched (2) and 3 never happens, the VM's writes after the switch are lost at
   //   the next start; the disks stay consistent (the old tops were not written after the switch).
-  // Retention after a live commit removes checkpoint records and unneeded layers but never
-  // rewrites a live top; merges that need one wait for the next EnsureSystemDisk.
+  // Retention after a live commit (vm_running) removes checkpoint records and deletes layers
+  // nothing reads through, but rewrites no layer (QEMU has the chains open); merges wait for the
+  // next EnsureSystemDisk.
   Result<PreparedCheckpoint> PrepareCheckpoint(const WorkspaceLock& lock,
                                                CheckpointOptions options = {});
   Result<CheckpointRecord> CommitCheckpoint(const WorkspaceLock& lock,
