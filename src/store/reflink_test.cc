@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "store/store.h"
 #include "store/test_util.h"
