@@ -1,0 +1,307 @@
+// The audit on synthetic ext4 images made by mkfs.ext4 (label integration: runs e2fsprogs).
+#include "audit/probe.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "audit/audit.h"
+#include "audit/ext4.h"
+#include "audit/report.h"
+#include "audit/test_images.h"
+#include "base/subprocess.h"
+
+namespace cloister::audit {
+namespace {
+
+using testing::Debugfs;
+using testing::MakeExt4;
+using testing::NonZeroBytes;
+using testing::PatchFile;
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WriteAll;
+
+RunId TestRun(uint8_t n) {
+  RunId r{};
+  r.fill(n);
+  return r;
+}
+
+// Wraps a device and records every write.
+class RecordingDevice : public Device {
+ public:
+  explicit RecordingDevice(Device& inner) : inner_(inner) {}
+  uint64_t size() const override { return inner_.size(); }
+  Status ReadAt(uint64_t o, uint8_t* b, size_t n) override { return inner_.ReadAt(o, b, n); }
+  Status WriteAt(uint64_t o, const uint8_t* b, size_t n) override {
+    writes.push_back({o, n});
+    return inner_.WriteAt(o, b, n);
+  }
+  Status Sync() override { return inner_.Sync(); }
+  std::vector<std::pair<uint64_t, size_t>> writes;
+
+ private:
+  Device& inner_;
+};
+
+Result<DiskReport> AuditFile(const std::string& path, DiskKind kind, BaseImage* base = nullptr,
+                             uint8_t run = 1, uint64_t max_regions = 0) {
+  DiskAuditOptions o;
+  o.audit.run_id = TestRun(run);
+  o.audit.kind = kind;
+  o.audit.base = base;
+  o.audit.max_regions = max_regions;
+  return AuditDisk(path, o);
+}
+
+// Offset of the n-th (0-based) entirely free 64 KiB region of the image.
+uint64_t NthFreeRegion(const std::string& path, uint64_t n) {
+  auto dev = OpenDevice(path, OpenOptions{});
+  EXPECT_TRUE(dev.ok());
+  auto map = ReadExt4Map(**dev);
+  EXPECT_TRUE(map.ok()) << map.error().ToString();
+  uint64_t seen = 0;
+  for (uint64_t off = 0; off + kRegionSize <= (*dev)->size(); off += kRegionSize) {
+    if (map->RangeFree(off, kRegionSize) && seen++ == n) return off;
+  }
+  ADD_FAILURE() << "no free region " << n;
+  return 0;
+}
+
+struct MkfsVariant {
+  const char* name;
+  std::vector<std::string> args;
+};
+
+class FreshImageTest : public ::testing::TestWithParam<MkfsVariant> {};
+
+TEST_P(FreshImageTest, HoldsOnlyProbeAndZeroAndIsLeftByteIdentical) {
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 48 * 1024, GetParam().args);
+  std::string before = ReadAll(img);
+  auto r = AuditFile(img, DiskKind::kHome);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_GT(r->free_regions, 100u);
+  EXPECT_EQ(r->probed_regions, r->free_regions);
+  EXPECT_EQ(r->bytes.probe, r->probed_regions * kProbeSize);
+  EXPECT_EQ(r->bytes.zero, r->probed_regions * (kRegionSize - kProbeSize));
+  EXPECT_EQ(r->bytes.foreign, 0u);
+  EXPECT_EQ(r->bytes.base_image, 0u);
+  EXPECT_EQ(r->probe_writes, 2 * r->probed_regions);
+  EXPECT_EQ(r->in_use_blocks_written, 0u);
+  EXPECT_TRUE(r->allocation_unchanged);
+  EXPECT_TRUE(r->Clean());
+  // Every probe was restored: the image is exactly as before, and e2fsck agrees it is intact.
+  EXPECT_TRUE(ReadAll(img) == before);
+  auto fsck = RunProcess({"e2fsck", "-fn", img});
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_EQ(fsck->exit_code, 0) << fsck->out << fsck->err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, FreshImageTest,
+    ::testing::Values(MkfsVariant{"default", {}},
+                      MkfsVariant{"blocksize1k", {"-b", "1024"}},
+                      MkfsVariant{"gdtcsum_no64bit", {"-O", "^metadata_csum,^64bit,uninit_bg"}},
+                      MkfsVariant{"nocsum_noflex", {"-O", "^metadata_csum,^uninit_bg,^flex_bg"}},
+                      MkfsVariant{"metabg", {"-O", "^resize_inode,meta_bg", "-g", "1024", "-b", "1024"}},
+                      MkfsVariant{"sparse_super2", {"-O", "sparse_super2"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(AuditTest, FindsAndCountsForeignBytesPlantedInFreeBlocks) {
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 32 * 1024);
+  // Raw bytes in two free regions, outside the probe block, and a partly-zero block.
+  uint64_t r1 = NthFreeRegion(img, 3), r2 = NthFreeRegion(img, 40);
+  std::string planted1 = NonZeroBytes(10000, 1);
+  std::string planted2 = NonZeroBytes(123, 2);
+  PatchFile(img, r1 + 8192, planted1);
+  PatchFile(img, r2 + 60000, planted2);
+  auto r = AuditFile(img, DiskKind::kHome);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->bytes.foreign, planted1.size() + planted2.size());
+  EXPECT_EQ(r->foreign_regions, (std::vector<uint64_t>{r1, r2}));
+  EXPECT_EQ(r->bytes.Total(), r->probed_regions * kRegionSize);
+  EXPECT_FALSE(r->Clean());
+}
+
+TEST(AuditTest, FindsADeletedFilesContents) {
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 32 * 1024);
+  std::string canary = dir.File("canary.env");
+  WriteAll(canary, NonZeroBytes(2 << 20, 7));
+  Debugfs(img, "write " + canary + " canary.env");
+  Debugfs(img, "rm canary.env");
+  auto r = AuditFile(img, DiskKind::kHome);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  // 2 MiB of data fill at least 31 whole free 64 KiB regions; each loses its probe block.
+  EXPECT_GE(r->bytes.foreign, 31 * (kRegionSize - kProbeSize));
+  EXPECT_FALSE(r->Clean());
+}
+
+TEST(AuditTest, CliBinaryExitsNonZeroOnForeignAndZeroWhenClean) {
+#ifndef CLOISTER_AUDIT_BIN
+  GTEST_SKIP() << "cloister-audit is not built (CLOISTER_BUILD_GUEST=OFF)";
+#else
+  std::string bin = CLOISTER_AUDIT_BIN;
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 16 * 1024);
+  auto clean = RunProcess({bin, "--json", "--disk", img + ":home"});
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->exit_code, kAuditClean) << clean->err;
+  auto parsed = ParseAuditReport(clean->out);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  EXPECT_TRUE(parsed->Clean());
+  PatchFile(img, NthFreeRegion(img, 5) + 4096, "leak");
+  auto dirty = RunProcess({bin, "--disk", img + ":home"});
+  ASSERT_TRUE(dirty.ok());
+  EXPECT_EQ(dirty->exit_code, kAuditFoundForeign);
+  EXPECT_NE(dirty->out.find("foreign 4"), std::string::npos) << dirty->out;
+  auto bad = RunProcess({bin, "--disk", dir.File("missing.img") + ":home"});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->exit_code, kAuditError);
+#endif
+}
+
+// A system disk: a full copy of a populated base image, in which files of the base were deleted.
+// Their blocks are free but still hold the base image's bytes at the same offsets.
+class BaseDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string root = dir_.File("root");
+    std::filesystem::create_directories(root + "/usr/share");
+    for (int i = 0; i < 8; ++i) {
+      WriteAll(root + "/usr/share/f" + std::to_string(i), NonZeroBytes(300 * 1024, 100 + i));
+    }
+    base_ = dir_.File("base.img");
+    MakeExt4(base_, 32 * 1024, {}, root);
+    disk_ = dir_.File("disk.img");
+    WriteAll(disk_, ReadAll(base_));
+    for (int i = 0; i < 8; i += 2) Debugfs(disk_, "rm /usr/share/f" + std::to_string(i));
+  }
+  TempDir dir_;
+  std::string base_, disk_;
+};
+
+TEST_F(BaseDiskTest, DeletedBaseFilesClassifyAsBaseImage) {
+  auto base = OpenRawBaseImage(base_);
+  ASSERT_TRUE(base.ok());
+  auto r = AuditFile(disk_, DiskKind::kBase, base->get());
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  // 4 files of 300 KiB: each covers at least 3 whole free regions of base bytes (minus probes).
+  EXPECT_GE(r->bytes.base_image, 4 * 3 * (kRegionSize - kProbeSize));
+  EXPECT_EQ(r->bytes.foreign, 0u);
+  EXPECT_TRUE(r->Clean());
+
+  // The same disk treated as a home (no base image) calls those bytes foreign.
+  auto as_home = AuditFile(disk_, DiskKind::kHome);
+  ASSERT_TRUE(as_home.ok());
+  EXPECT_GE(as_home->bytes.foreign, r->bytes.base_image * 250 / 256);
+  EXPECT_FALSE(as_home->Clean());
+}
+
+TEST_F(BaseDiskTest, GuestDefersToHostAndTheHostResolvesTheSameWay) {
+  auto base = OpenRawBaseImage(base_);
+  ASSERT_TRUE(base.ok());
+  // Plant a foreign block too, so resolution must separate both classes.
+  PatchFile(disk_, NthFreeRegion(disk_, 2) + 3 * 4096, NonZeroBytes(4096, 9));
+  auto direct = AuditFile(disk_, DiskKind::kBase, base->get(), 1);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(direct->bytes.foreign, 4096u);
+  auto deferred = AuditFile(disk_, DiskKind::kBase, nullptr, 2);
+  ASSERT_TRUE(deferred.ok());
+  EXPECT_EQ(deferred->bytes.base_image, 0u);
+  EXPECT_GT(deferred->bytes.unresolved, 0u);
+  EXPECT_FALSE(deferred->Clean());
+  // Through JSON, as the host receives it.
+  AuditReport rep;
+  rep.disks = {*deferred};
+  auto parsed = ParseAuditReport(ReportToJson(rep).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  DiskReport d = parsed->disks[0];
+  ASSERT_TRUE(ResolveWithBase(d, **base).ok());
+  EXPECT_EQ(d.bytes.unresolved, 0u);
+  EXPECT_EQ(d.bytes.base_image, direct->bytes.base_image);
+  EXPECT_EQ(d.bytes.foreign, 4096u);
+  EXPECT_FALSE(d.Clean());
+}
+
+TEST(AuditTest, NeverWritesAnInUseBlock) {
+  TempDir dir;
+  std::string root = dir.File("root");
+  std::filesystem::create_directories(root);
+  for (int i = 0; i < 20; ++i) WriteAll(root + "/f" + std::to_string(i), NonZeroBytes(50000 + i * 7000, i));
+  std::string img = dir.File("disk.img");
+  MakeExt4(img, 16 * 1024, {}, root);
+  for (int i = 0; i < 20; i += 3) Debugfs(img, "rm /f" + std::to_string(i));
+
+  auto mem = MemoryDevice(ReadAll(img));
+  auto map = ReadExt4Map(*mem);
+  ASSERT_TRUE(map.ok());
+  auto checksum_in_use = [&](Device& d) {
+    std::string all(d.size(), '\0');
+    EXPECT_TRUE(d.ReadAt(0, reinterpret_cast<uint8_t*>(all.data()), all.size()).ok());
+    std::string used;
+    for (uint64_t b = 0; b < map->blocks_count(); ++b) {
+      if (!map->IsFree(b)) used.append(all, b * map->block_size(), map->block_size());
+    }
+    return Sha256(reinterpret_cast<const uint8_t*>(used.data()), used.size());
+  };
+  auto before = checksum_in_use(*mem);
+  RecordingDevice rec(*mem);
+  AuditOptions o;
+  o.run_id = TestRun(3);
+  auto r = AuditDevice(rec, o);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  ASSERT_GT(rec.writes.size(), 0u);
+  EXPECT_EQ(rec.writes.size(), r->probe_writes);
+  for (auto [off, len] : rec.writes) {
+    EXPECT_TRUE(map->RangeFree(off, len)) << "wrote in-use block at " << off;
+  }
+  EXPECT_EQ(checksum_in_use(*mem), before);
+}
+
+TEST(AuditTest, MaxRegionsSamplesEvenlyAcrossTheDisk) {
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 64 * 1024);
+  auto mem = MemoryDevice(ReadAll(img));
+  RecordingDevice rec(*mem);
+  AuditOptions o;
+  o.run_id = TestRun(4);
+  o.max_regions = 10;
+  auto r = AuditDevice(rec, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->probed_regions, 10u);
+  std::set<uint64_t> probed;
+  for (auto [off, len] : rec.writes) probed.insert(off);
+  ASSERT_EQ(probed.size(), 10u);
+  // Spread: the last probe lies in the last tenth of the device.
+  EXPECT_GT(*probed.rbegin(), mem->size() * 8 / 10);
+}
+
+TEST(AuditTest, EarlierInterruptedProbeIsNotForeign) {
+  TempDir dir;
+  std::string img = dir.File("home.img");
+  MakeExt4(img, 16 * 1024);
+  uint64_t r = NthFreeRegion(img, 1) + 2 * 4096;
+  PatchFile(img, r, ProbeBlock(TestRun(77), r));
+  auto rep = AuditFile(img, DiskKind::kHome);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->bytes.earlier_probe, kProbeSize);
+  EXPECT_EQ(rep->bytes.foreign, 0u);
+  // ...but a probe block moved to another offset is foreign.
+  PatchFile(img, r + 4096, ProbeBlock(TestRun(77), r));
+  rep = AuditFile(img, DiskKind::kHome);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_GT(rep->bytes.foreign, 4000u);
+}
+
+}  // namespace
+}  // namespace cloister::audit
