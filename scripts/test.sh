@@ -3,6 +3,7 @@
 # Tests labelled "opt-in" (e.g. the full image build) run only with CLOISTER_TEST_ALL=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$PWD"
 bash scripts/install-deps.sh test
 BUILD="${CLOISTER_BUILD_DIR:-build}"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -11,3 +12,7 @@ exclude=(-LE opt-in)
 [ "${CLOISTER_TEST_ALL:-0}" = 1 ] && exclude=()
 cd "$BUILD"
 ctest --output-on-failure --no-tests=error -j"$(nproc)" "${exclude[@]}"
+# Sanitizers and fuzzing: every fuzz target's corpus replayed and each fuzzed for a bounded time
+# under ASan+UBSan, in its own build dir (scripts/fuzz.sh). CLOISTER_SKIP_FUZZ=1 skips it.
+cd "$ROOT"
+[ "${CLOISTER_SKIP_FUZZ:-0}" = 1 ] || bash scripts/fuzz.sh
