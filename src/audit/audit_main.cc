@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   if (json_out) {
     std::cout << ReportToJson(report).dump() << "\n";
   } else {
-    std::cout << RenderReport(report, /*used_workspace=*/false);
+    std::cout << RenderReport(report, DiskHistory::kUnknown);
   }
   std::cout.flush();
   return report.Clean() ? kAuditClean : kAuditFoundForeign;

@@ -190,7 +190,7 @@ Result<AuditReport> ParseAuditReport(std::string_view text) {
   return report;
 }
 
-std::string RenderReport(const AuditReport& report, bool used_workspace) {
+std::string RenderReport(const AuditReport& report, DiskHistory history) {
   std::ostringstream o;
   for (const DiskReport& d : report.disks) {
     const auto& b = d.bytes;
@@ -212,12 +212,19 @@ std::string RenderReport(const AuditReport& report, bool used_workspace) {
       o << "  FOREIGN bytes in regions at:";
       for (size_t i = 0; i < d.foreign_regions.size() && i < 8; ++i) o << " " << d.foreign_regions[i];
       o << "\n";
-      if (used_workspace) {
-        o << "  note: this workspace has run before; foreign bytes can be its own deleted files "
-             "(free blocks keep old contents). On a fresh workspace foreign must be 0.\n";
-      } else {
-        o << "  this disk is fresh: foreign bytes mean blocks were handed over with someone "
-             "else's data\n";
+      switch (history) {
+        case DiskHistory::kUsed:
+          o << "  note: this workspace has run before; foreign bytes can be its own deleted files "
+               "(free blocks keep old contents). On a fresh workspace foreign must be 0.\n";
+          break;
+        case DiskHistory::kFresh:
+          o << "  this disk is fresh: foreign bytes mean blocks were handed over with someone "
+               "else's data\n";
+          break;
+        case DiskHistory::kUnknown:
+          o << "  foreign bytes are this disk's own deleted files if it has been used, and residue "
+               "from someone else's data if it is fresh\n";
+          break;
       }
     }
     o << "  verdict: " << (d.Clean() ? "clean" : "NOT CLEAN") << "\n";

@@ -42,9 +42,15 @@ inline constexpr int kAuditError = 2;
 nlohmann::json ReportToJson(const AuditReport& report);
 Result<AuditReport> ParseAuditReport(std::string_view text);
 
-// Human-readable report: per disk, the counts, what was written, and what foreign means.
-// `used_disks`: the host's knowledge that the workspace has run before (foreign bytes may then be
-// its own deleted files; see docs/design.md "Residue audit").
-std::string RenderReport(const AuditReport& report, bool used_workspace);
+// What the host knows of the disks' past, which decides what foreign bytes can mean.
+enum class DiskHistory {
+  kUnknown,  // the guest binary alone: it cannot know
+  kFresh,    // created (or reset / wiped) and not run before this boot: foreign must be 0
+  kUsed,     // has run before: foreign bytes can be the workspace's own deleted files
+};
+
+// Human-readable report: per disk, the counts, what was written, and what foreign means
+// (see docs/design.md "Residue audit").
+std::string RenderReport(const AuditReport& report, DiskHistory history);
 
 }  // namespace cloister::audit

@@ -124,13 +124,22 @@ TEST(ReportTest, RejectsHostileShapes) {
 TEST(ReportTest, TextSaysNoInUseBlockWasWrittenAndExplainsForeign) {
   AuditReport r;
   r.disks = {SampleDisk()};
-  std::string fresh = RenderReport(r, false);
+  std::string fresh = RenderReport(r, DiskHistory::kFresh);
   EXPECT_NE(fresh.find("blocks in use written: 0"), std::string::npos);
   EXPECT_NE(fresh.find("foreign 100"), std::string::npos);
   EXPECT_NE(fresh.find("NOT CLEAN"), std::string::npos);
   EXPECT_NE(fresh.find("someone else's data"), std::string::npos);
-  std::string used = RenderReport(r, true);
+  std::string used = RenderReport(r, DiskHistory::kUsed);
   EXPECT_NE(used.find("its own deleted files"), std::string::npos);
+  EXPECT_EQ(used.find("someone else's data"), std::string::npos);
+  AuditReport clean;
+  clean.disks = {SampleDisk()};
+  clean.disks[0].bytes.zero += clean.disks[0].bytes.foreign + clean.disks[0].bytes.unresolved;
+  clean.disks[0].bytes.foreign = clean.disks[0].bytes.unresolved = 0;
+  clean.disks[0].unresolved.clear();
+  std::string ok = RenderReport(clean, DiskHistory::kUnknown);
+  EXPECT_NE(ok.find("verdict: clean"), std::string::npos);
+  EXPECT_EQ(ok.find("FOREIGN"), std::string::npos);
 }
 
 }  // namespace
