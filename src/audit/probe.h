@@ -98,9 +98,11 @@ struct DiskReport {
   bool unresolved_overflow = false;  // more blocks than max_unresolved: the rest counted foreign
 
   // Clean: nothing foreign, every probe read back, nothing moved, nothing left unresolved.
-  bool Clean() const {
-    return bytes.foreign == 0 && bytes.unresolved == 0 && probe_mismatch_blocks == 0 &&
-           allocation_unchanged && in_use_blocks_written == 0;
+  bool Clean() const { return bytes.unresolved == 0 && CleanPendingBase(); }
+  // Clean apart from blocks still awaiting the host's base-image comparison (the guest's verdict).
+  bool CleanPendingBase() const {
+    return bytes.foreign == 0 && probe_mismatch_blocks == 0 && allocation_unchanged &&
+           in_use_blocks_written == 0;
   }
 };
 
