@@ -16,6 +16,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddWipeCommand(app, cli);
   AddRmCommand(app, cli);
   AddCheckpointCommand(app, cli);
+  AddTraceCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -18,6 +18,7 @@ void AddWipeHomeCommand(CLI::App& app, Cli& cli);
 void AddWipeCommand(CLI::App& app, Cli& cli);
 void AddRmCommand(CLI::App& app, Cli& cli);
 void AddCheckpointCommand(CLI::App& app, Cli& cli);
+void AddTraceCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

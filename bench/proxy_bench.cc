@@ -1,0 +1,284 @@
+// Proxy bench: in one run, on loopback with TLS on both legs, the same client against
+//   direct     client -> fake upstream (TLS)
+//   cloister   client -> our proxy (CONNECT, TLS interception) -> fake upstream (TLS)
+//   mitmproxy  client -> mitmdump (Debian's package, if installed) -> fake upstream (TLS)
+// Reports requests/s (4 keep-alive connections), p50/p99 latency of sequential keep-alive requests
+// (and the latency each proxy adds over direct), and MB/s for a 1 GiB download.
+// Usage: proxy_bench [--requests N] [--seconds S] [--bulk-mib M]
+#include <openssl/ssl.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "base/subprocess.h"
+#include "proxy/fake_upstream.h"
+#include "proxy/proxy.h"
+
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+namespace http = boost::beast::http;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace cloister;
+using namespace cloister::proxy;
+
+namespace {
+
+struct Target {
+  std::string name;
+  uint16_t proxy_port = 0;  // 0: direct
+  std::string ca_file;      // what the client trusts
+};
+
+// One client connection: optional CONNECT through a proxy, then TLS, then keep-alive requests.
+class Conn {
+ public:
+  Conn(asio::io_context& io, const Target& t, uint16_t upstream_port)
+      : ctx_(ssl::context::tls_client), sock_(io), upstream_port_(upstream_port) {
+    ctx_.load_verify_file(t.ca_file);
+    ctx_.set_verify_mode(ssl::verify_peer);
+    uint16_t port = t.proxy_port ? t.proxy_port : upstream_port;
+    sock_.connect({asio::ip::make_address("127.0.0.1"), port});
+    sock_.set_option(tcp::no_delay(true));
+    if (t.proxy_port) {
+      std::string req = "CONNECT 127.0.0.1:" + std::to_string(upstream_port) +
+                        " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(upstream_port) + "\r\n\r\n";
+      asio::write(sock_, asio::buffer(req));
+      asio::streambuf resp;
+      asio::read_until(sock_, resp, "\r\n\r\n");
+      std::string line(asio::buffers_begin(resp.data()), asio::buffers_end(resp.data()));
+      if (line.find(" 200") == std::string::npos) throw std::runtime_error("CONNECT failed");
+    }
+    tls_.emplace(std::move(sock_), ctx_);
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls_->native_handle()), "127.0.0.1");
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL_set_alpn_protos(tls_->native_handle(), alpn, sizeof alpn - 1);
+    tls_->handshake(ssl::stream_base::client);
+  }
+  // One GET; returns body bytes read.
+  uint64_t Get(const std::string& path) {
+    http::request<http::empty_body> req{http::verb::get, path, 11};
+    req.set(http::field::host, "127.0.0.1:" + std::to_string(upstream_port_));
+    http::write(*tls_, req);
+    http::response_parser<http::buffer_body> p;
+    p.body_limit(boost::none);
+    http::read_header(*tls_, buf_, p);
+    uint64_t total = 0;
+    std::vector<char> chunk(256 * 1024);
+    while (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      boost::system::error_code ec;
+      http::read(*tls_, buf_, p, ec);
+      if (ec && ec != http::error::need_buffer) throw boost::system::system_error(ec);
+      total += chunk.size() - p.get().body().size;
+    }
+    return total;
+  }
+
+ private:
+  ssl::context ctx_;
+  tcp::socket sock_;
+  std::optional<ssl::stream<tcp::socket>> tls_;
+  boost::beast::flat_buffer buf_;
+  uint16_t upstream_port_;
+};
+
+struct Figures {
+  double rps = 0, p50_us = 0, p99_us = 0, mbps = 0;
+  bool ok = false;
+};
+
+Figures Measure(const Target& t, uint16_t upstream_port, int requests, double seconds,
+                uint64_t bulk_bytes) {
+  Figures f;
+  try {
+    asio::io_context io;
+    {  // latency: sequential keep-alive requests on one connection
+      Conn c(io, t, upstream_port);
+      for (int i = 0; i < 50; ++i) c.Get("/small");  // warm-up (leaf certificate, caches)
+      std::vector<double> lat;
+      for (int i = 0; i < requests; ++i) {
+        auto t0 = Clock::now();
+        c.Get("/small");
+        lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+      std::sort(lat.begin(), lat.end());
+      f.p50_us = lat[lat.size() / 2];
+      f.p99_us = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+    }
+    {  // throughput: 4 connections for `seconds`
+      std::atomic<uint64_t> done{0};
+      std::vector<std::thread> ts;
+      auto end = Clock::now() + std::chrono::duration<double>(seconds);
+      for (int k = 0; k < 4; ++k) {
+        ts.emplace_back([&] {
+          try {
+            asio::io_context io2;
+            Conn c(io2, t, upstream_port);
+            while (Clock::now() < end) {
+              c.Get("/small");
+              ++done;
+            }
+          } catch (...) {
+          }
+        });
+      }
+      auto t0 = Clock::now();
+      for (auto& th : ts) th.join();
+      f.rps = done / std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    if (bulk_bytes) {
+      Conn c(io, t, upstream_port);
+      auto t0 = Clock::now();
+      uint64_t got = c.Get("/bulk");
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (got == bulk_bytes) f.mbps = got / 1e6 / s;
+    }
+    f.ok = true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", t.name.c_str(), e.what());
+  }
+  return f;
+}
+
+bool WaitForPort(uint16_t port, std::chrono::seconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    asio::io_context io;
+    tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+    if (!ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+uint16_t FreePort() {
+  asio::io_context io;
+  tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int requests = 2000;
+  double seconds = 3;
+  uint64_t bulk_mib = 1024;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--requests") requests = std::atoi(argv[i + 1]);
+    if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--bulk-mib") bulk_mib = std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  const uint64_t bulk = bulk_mib << 20;
+  char tmpl[] = "/tmp/cloister-bench-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+
+  auto upstream_ca = *CertAuthority::CreateInMemory("bench upstream CA");
+  auto proxy_ca = *CertAuthority::CreateInMemory("bench proxy CA");
+  std::string upstream_ca_file = testing::WriteTempFile(dir, "upstream-ca.pem", upstream_ca->cert_pem());
+  std::string proxy_ca_file = testing::WriteTempFile(dir, "proxy-ca.pem", proxy_ca->cert_pem());
+  auto upstream = testing::FakeUpstream::Start(upstream_ca, [bulk](const testing::SeenRequest& r,
+                                                                   testing::ResponseWriter& w) {
+    if (r.target == "/bulk") w.SendBulk(200, bulk);
+    else w.Send(200, {{"Content-Type", "application/json"}}, "{\"ok\":true}");
+  });
+  if (!upstream.ok()) return 1;
+  uint16_t up_port = (*upstream)->port();
+
+  ProxyConfig cfg;
+  cfg.workspace = "bench";
+  cfg.ca = proxy_ca;
+  cfg.upstream_ca_file = upstream_ca_file;
+  cfg.threads = 2;
+  auto ours = Proxy::Start(cfg);
+  if (!ours.ok()) return 1;
+  uint16_t our_port = *(*ours)->ListenLoopback();
+
+  std::vector<Target> targets = {{"direct", 0, upstream_ca_file},
+                                 {"cloister", our_port, proxy_ca_file}};
+  std::optional<std::thread> mitm_thread;
+  uint16_t mitm_port = 0;
+  if (ProgramExists("mitmdump")) {
+    mitm_port = FreePort();
+    std::string conf = dir + "/mitm";
+    std::filesystem::create_directories(conf);
+    mitm_thread.emplace([=] {
+      RunOptions o;
+      o.timeout = std::chrono::seconds(3600);
+      (void)RunProcess({"mitmdump", "-q", "--listen-host", "127.0.0.1", "--listen-port",
+                        std::to_string(mitm_port), "--set", "confdir=" + conf, "--set",
+                        "ssl_verify_upstream_trusted_ca=" + upstream_ca_file, "--set",
+                        "stream_large_bodies=1m", "--set", "connection_strategy=lazy"},
+                       o);
+    });
+    if (WaitForPort(mitm_port, std::chrono::seconds(60)) &&
+        std::filesystem::exists(conf + "/mitmproxy-ca-cert.pem")) {
+      targets.push_back({"mitmproxy", mitm_port, conf + "/mitmproxy-ca-cert.pem"});
+    } else {
+      std::fprintf(stderr, "mitmdump did not start; skipping it\n");
+    }
+  } else {
+    std::fprintf(stderr, "mitmdump not installed; skipping it\n");
+  }
+
+  std::printf("proxy bench: loopback, TLS both legs, %d sequential requests, 4 conns x %.0f s, "
+              "%llu MiB download\n", requests, seconds, static_cast<unsigned long long>(bulk_mib));
+  std::printf("%-10s %10s %10s %10s %12s %10s\n", "path", "req/s", "p50 us", "p99 us",
+              "added p50", "MB/s");
+  Figures direct{};
+  std::map<std::string, Figures> all;
+  for (const Target& t : targets) {
+    Figures f = Measure(t, up_port, requests, seconds, bulk);
+    all[t.name] = f;
+    if (t.name == "direct") direct = f;
+    if (!f.ok) {
+      std::printf("%-10s failed\n", t.name.c_str());
+      continue;
+    }
+    std::printf("%-10s %10.0f %10.0f %10.0f %9.0f us %10.0f\n", t.name.c_str(), f.rps, f.p50_us,
+                f.p99_us, f.p50_us - direct.p50_us, f.mbps);
+    std::fflush(stdout);
+  }
+  if (all.count("mitmproxy") && all["mitmproxy"].ok && all["mitmproxy"].rps > 0) {
+    std::printf("cloister/mitmproxy requests/s: %.1fx (goal >= 10x)\n",
+                all["cloister"].rps / all["mitmproxy"].rps);
+  }
+  std::printf("cloister added p50 latency: %.3f ms (goal < 1 ms)\n",
+              (all["cloister"].p50_us - direct.p50_us) / 1000.0);
+
+  if (mitm_thread) {
+    // Stop mitmdump: it is our child; find it by its unique listen port in /proc.
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string cmd;
+      FILE* f = std::fopen((e.path() / "cmdline").c_str(), "r");
+      if (!f) continue;
+      char buf[4096];
+      size_t n = std::fread(buf, 1, sizeof buf, f);
+      std::fclose(f);
+      cmd.assign(buf, n);
+      if (cmd.find("mitmdump") != std::string::npos &&
+          cmd.find(std::to_string(mitm_port)) != std::string::npos &&
+          cmd.find(dir) != std::string::npos) {
+        kill(std::stoi(e.path().filename()), SIGTERM);
+      }
+    }
+    mitm_thread->join();
+  }
+  (*ours)->Stop();
+  std::filesystem::remove_all(dir);
+  return 0;
+}

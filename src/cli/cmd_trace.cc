@@ -1,0 +1,153 @@
+// cloister trace ls|summary|leaks NAME: the proxy's per-workspace request log (src/proxy/trace.h).
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "proxy/trace.h"
+
+namespace cloister::cli {
+namespace {
+
+// TODO(store): use store/layout.h and the store's workspace lookup once they are on main.
+Result<std::string> TraceFile(Cli& cli, const std::string& name) {
+  if (name.empty() || name.size() > 64 || name.find('/') != std::string::npos || name[0] == '.') {
+    return Error(ErrorCode::kInvalidArgument, "invalid workspace name: " + name);
+  }
+  std::string ws = cli.StoreRoot() + "/workspaces/" + name;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(ws, ec)) {
+    return Error(ErrorCode::kNotFound, "no workspace named " + name, "see `cloister ls`");
+  }
+  return ws + "/" + proxy::kTraceFile;
+}
+
+std::string Time(int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream o;
+  o << std::put_time(&tm, "%Y-%m-%dT%H:%M:%SZ");
+  return o.str();
+}
+
+std::string Leaks(const proxy::TraceRecord& r) {
+  std::string s;
+  for (const auto& l : r.leaks) {
+    if (!s.empty()) s += ",";
+    s += l.credential + "@" + l.where + "/" + l.encoding + ":" + l.action;
+  }
+  return s;
+}
+
+struct Opts {
+  std::string name;
+  bool json = false;
+  size_t limit = 50;
+};
+
+}  // namespace
+
+void AddTraceCommand(CLI::App& app, Cli& cli) {
+  auto* trace = app.add_subcommand("trace", "Show what a workspace sent through the egress proxy");
+  trace->require_subcommand(1);
+
+  {
+    auto o = std::make_shared<Opts>();
+    auto* ls = trace->add_subcommand("ls", "List the latest requests (never a secret value)");
+    ls->add_option("NAME", o->name, "Workspace")->required();
+    ls->add_option("-n,--last", o->limit, "How many of the latest requests (default 50)");
+    ls->add_flag("--json", o->json, "Print as JSON");
+    ls->callback([&cli, o] {
+      auto path = TraceFile(cli, o->name);
+      if (!path.ok()) return void(cli.Fail(path.error()));
+      auto recs = proxy::ReadTrace(*path, o->limit);
+      if (!recs.ok()) return void(cli.Fail(recs.error()));
+      if (o->json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& r : *recs) arr.push_back(r.ToJson());
+        cli.PrintJson(arr);
+        return;
+      }
+      for (const auto& r : *recs) {
+        cli.out() << Time(r.time_ms) << "  " << r.status << "  " << r.method << " " << r.host
+                  << r.path << "  " << r.bytes_up << "/" << r.bytes_down << " B  " << std::fixed
+                  << std::setprecision(1) << r.latency_ms << " ms";
+        if (!r.swaps.empty()) {
+          cli.out() << "  swaps=";
+          for (size_t i = 0; i < r.swaps.size(); ++i) cli.out() << (i ? "," : "") << r.swaps[i];
+        }
+        if (!r.leaks.empty()) cli.out() << "  LEAK " << Leaks(r);
+        cli.out() << "\n";
+      }
+    });
+  }
+
+  {
+    auto o = std::make_shared<Opts>();
+    auto* sum = trace->add_subcommand("summary", "Requests, bytes, latency and swaps per host");
+    sum->add_option("NAME", o->name, "Workspace")->required();
+    sum->add_flag("--json", o->json, "Print as JSON");
+    sum->callback([&cli, o] {
+      auto path = TraceFile(cli, o->name);
+      if (!path.ok()) return void(cli.Fail(path.error()));
+      auto recs = proxy::ReadTrace(*path);
+      if (!recs.ok()) return void(cli.Fail(recs.error()));
+      auto hosts = proxy::Summarize(*recs);
+      if (o->json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& h : hosts) {
+          arr.push_back({{"host", h.host}, {"requests", h.requests}, {"errors", h.errors},
+                         {"bytes_up", h.bytes_up}, {"bytes_down", h.bytes_down},
+                         {"swaps", h.swaps}, {"leaks", h.leaks}, {"p50_ms", h.p50_ms},
+                         {"p99_ms", h.p99_ms}});
+        }
+        cli.PrintJson(arr);
+        return;
+      }
+      cli.out() << "HOST\tREQUESTS\tERRORS\tUP\tDOWN\tSWAPS\tLEAKS\tP50_MS\tP99_MS\n";
+      for (const auto& h : hosts) {
+        cli.out() << h.host << "\t" << h.requests << "\t" << h.errors << "\t" << h.bytes_up << "\t"
+                  << h.bytes_down << "\t" << h.swaps << "\t" << h.leaks << "\t" << std::fixed
+                  << std::setprecision(1) << h.p50_ms << "\t" << h.p99_ms << "\n";
+      }
+    });
+  }
+
+  {
+    auto o = std::make_shared<Opts>();
+    auto* leaks = trace->add_subcommand(
+        "leaks", "Requests that carried a placeholder where it does not belong (exit 1 if any "
+                 "was blocked)");
+    leaks->add_option("NAME", o->name, "Workspace")->required();
+    leaks->add_flag("--json", o->json, "Print as JSON");
+    leaks->callback([&cli, o] {
+      auto path = TraceFile(cli, o->name);
+      if (!path.ok()) return void(cli.Fail(path.error()));
+      auto recs = proxy::ReadTrace(*path);
+      if (!recs.ok()) return void(cli.Fail(recs.error()));
+      nlohmann::json arr = nlohmann::json::array();
+      bool blocked = false;
+      for (const auto& r : *recs) {
+        if (r.leaks.empty()) continue;
+        blocked |= r.blocked;
+        arr.push_back(r.ToJson());
+      }
+      if (o->json) {
+        cli.PrintJson(arr);
+      } else if (arr.empty()) {
+        cli.out() << "No placeholder left its scope in " << o->name << "\n";
+      } else {
+        for (const auto& r : *recs) {
+          if (r.leaks.empty()) continue;
+          cli.out() << Time(r.time_ms) << "  " << (r.blocked ? "BLOCKED" : "flagged") << "  "
+                    << r.method << " " << r.host << r.path << "  " << Leaks(r) << "\n";
+        }
+      }
+      if (blocked) cli.exit_code = kExitError;
+    });
+  }
+}
+
+}  // namespace cloister::cli

@@ -1,0 +1,140 @@
+#include "proxy/trace.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <map>
+
+namespace cloister::proxy {
+
+nlohmann::json TraceRecord::ToJson() const {
+  nlohmann::json leaks_j = nlohmann::json::array();
+  for (const LeakFlag& l : leaks) {
+    leaks_j.push_back({{"credential", l.credential}, {"where", l.where},
+                       {"encoding", l.encoding}, {"action", l.action}});
+  }
+  nlohmann::json j = {{"time", time_ms}, {"host", host}, {"port", port}, {"method", method},
+                      {"path", path}, {"status", status}, {"bytes_up", bytes_up},
+                      {"bytes_down", bytes_down}, {"latency_ms", latency_ms}, {"swaps", swaps},
+                      {"leaks", leaks_j}, {"blocked", blocked}};
+  if (!error.empty()) j["error"] = error;
+  return j;
+}
+
+Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return Error(ErrorCode::kCorrupt, "trace record is not an object");
+  TraceRecord r;
+  try {
+    r.time_ms = j.value("time", int64_t{0});
+    r.host = j.value("host", "");
+    r.port = j.value("port", uint16_t{0});
+    r.method = j.value("method", "");
+    r.path = j.value("path", "");
+    r.status = j.value("status", 0);
+    r.bytes_up = j.value("bytes_up", uint64_t{0});
+    r.bytes_down = j.value("bytes_down", uint64_t{0});
+    r.latency_ms = j.value("latency_ms", 0.0);
+    r.blocked = j.value("blocked", false);
+    r.error = j.value("error", "");
+    if (j.contains("swaps") && j["swaps"].is_array()) {
+      for (const auto& s : j["swaps"]) {
+        if (s.is_string()) r.swaps.push_back(s.get<std::string>());
+      }
+    }
+    if (j.contains("leaks") && j["leaks"].is_array()) {
+      for (const auto& l : j["leaks"]) {
+        if (!l.is_object()) continue;
+        r.leaks.push_back({l.value("credential", ""), l.value("where", ""),
+                           l.value("encoding", ""), l.value("action", "")});
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Error(ErrorCode::kCorrupt, std::string("trace record: ") + e.what());
+  }
+  return r;
+}
+
+std::string TracePath(std::string_view target) {
+  size_t q = target.find('?');
+  std::string p(target.substr(0, q));
+  if (p.size() > 512) p = p.substr(0, 512) + "...";
+  return p;
+}
+
+Result<std::shared_ptr<TraceSink>> TraceSink::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("open " + path, errno);
+  std::shared_ptr<TraceSink> sink(new TraceSink());
+  sink->fd_ = fd;
+  return sink;
+}
+
+TraceSink::~TraceSink() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void TraceSink::Write(const TraceRecord& rec) {
+  std::string line = rec.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  line += '\n';
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = write(fd_, line.data() + off, line.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // a full disk must not take the proxy down; the record is lost
+    }
+    off += static_cast<size_t>(n);
+  }
+}
+
+Result<std::vector<TraceRecord>> ReadTrace(const std::string& path, size_t max_records) {
+  std::ifstream f(path);
+  if (!f) {
+    if (access(path.c_str(), F_OK) != 0) return std::vector<TraceRecord>{};
+    return ErrnoError("open " + path, errno);
+  }
+  std::vector<TraceRecord> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    auto r = TraceRecord::FromJson(j);
+    if (!r.ok()) continue;
+    out.push_back(std::move(r).value());
+    if (out.size() > max_records) out.erase(out.begin());
+  }
+  return out;
+}
+
+std::vector<HostSummary> Summarize(const std::vector<TraceRecord>& records) {
+  std::map<std::string, HostSummary> by_host;
+  std::map<std::string, std::vector<double>> lat;
+  for (const TraceRecord& r : records) {
+    HostSummary& s = by_host[r.host];
+    s.host = r.host;
+    ++s.requests;
+    if (r.status == 0 || r.status >= 400) ++s.errors;
+    s.bytes_up += r.bytes_up;
+    s.bytes_down += r.bytes_down;
+    s.swaps += r.swaps.size();
+    s.leaks += r.leaks.size();
+    lat[r.host].push_back(r.latency_ms);
+  }
+  std::vector<HostSummary> out;
+  for (auto& [host, s] : by_host) {
+    auto& v = lat[host];
+    std::sort(v.begin(), v.end());
+    s.p50_ms = v[(v.size() - 1) / 2];
+    s.p99_ms = v[std::min(v.size() - 1, static_cast<size_t>(v.size() * 0.99))];
+    out.push_back(s);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const HostSummary& a, const HostSummary& b) { return a.requests > b.requests; });
+  return out;
+}
+
+}  // namespace cloister::proxy

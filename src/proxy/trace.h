@@ -1,0 +1,80 @@
+// Per-workspace request trace: one JSON line per request the proxy handled.
+//
+// File: <workspace dir>/trace.jsonl (0600), appended by the proxy in the supervisor, read by
+// `cloister trace ls|summary|leaks`. Fields: time (unix ms), host, port, method, path (query
+// string removed), status, bytes_up/bytes_down (body bytes), latency_ms (request head to end of
+// response), swaps (credential ids substituted), leaks ([{credential, where, encoding, action}]),
+// blocked.
+// SECURITY: never a secret value. Placeholders are not secret; real values never reach a record
+// (the proxy only records ids), and query strings are dropped because they may carry other data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+
+namespace cloister::proxy {
+
+inline constexpr char kTraceFile[] = "trace.jsonl";
+
+struct LeakFlag {
+  std::string credential;  // credential id
+  std::string where;       // "url", "header:<name>", "body"
+  std::string encoding;    // raw, url, base64
+  std::string action;      // "blocked" or "flagged" (LLM body policy)
+};
+
+struct TraceRecord {
+  int64_t time_ms = 0;
+  std::string host;
+  uint16_t port = 0;
+  std::string method;
+  std::string path;
+  int status = 0;
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+  double latency_ms = 0;
+  std::vector<std::string> swaps;
+  std::vector<LeakFlag> leaks;
+  bool blocked = false;
+  std::string error;  // short reason for 4xx/5xx produced by the proxy itself
+
+  nlohmann::json ToJson() const;
+  static Result<TraceRecord> FromJson(const nlohmann::json& j);
+};
+
+// Removes the query string and bounds the length.
+std::string TracePath(std::string_view target);
+
+class TraceSink {
+ public:
+  // Opens (creating 0600) for appending.
+  static Result<std::shared_ptr<TraceSink>> Open(const std::string& path);
+  ~TraceSink();
+  // Thread safe; one write(2) per record with O_APPEND.
+  void Write(const TraceRecord& rec);
+
+ private:
+  TraceSink() = default;
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+// Reads a trace file; malformed lines are skipped (the file is ours, but may be truncated by a
+// crash). Returns at most the last `max_records` records.
+Result<std::vector<TraceRecord>> ReadTrace(const std::string& path, size_t max_records = 1000000);
+
+struct HostSummary {
+  std::string host;
+  uint64_t requests = 0, errors = 0, bytes_up = 0, bytes_down = 0, swaps = 0, leaks = 0;
+  double p50_ms = 0, p99_ms = 0;
+};
+std::vector<HostSummary> Summarize(const std::vector<TraceRecord>& records);
+
+}  // namespace cloister::proxy
