@@ -96,6 +96,24 @@ bool IsHopByHop(std::string_view name) {
   return kHop.count(ToLower(name)) > 0;
 }
 
+RequestHead HeadFrom(const http::request<http::buffer_body>& req, const Authority& target) {
+  RequestHead h;
+  h.method = std::string(req.method_string());
+  h.target = std::string(req.target());
+  h.host = target.host;
+  h.port = target.port;
+  for (const auto& f : req) h.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+  return h;
+}
+
+void ApplyHead(const RequestHead& h, http::request<http::buffer_body>& req) {
+  std::vector<std::string> names;
+  for (const auto& f : req) names.push_back(std::string(f.name_string()));
+  for (const auto& n : names) req.erase(n);
+  for (const auto& [name, value] : h.headers) req.insert(name, value);
+  req.target(h.target);
+}
+
 bool ValidSni(const char* sni) {
   if (!sni) return false;
   std::string_view s(sni);
@@ -763,6 +781,50 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     (void)n;
   }
 
+  // Filters (aws re-signing) on intercepted requests whose names agree.
+  std::vector<std::unique_ptr<BodyTransform>> transforms;
+  std::vector<RequestFilter*> full_body;
+  size_t hold_limit = config_.body_hold_bytes;
+  RequestHead head;
+  if (origin.tls && r.names_agree && !config_.filters.empty()) {
+    head = HeadFrom(req, r.target);
+    bool changed = false;
+    for (const auto& f : config_.filters) {
+      auto v = f->OnRequestHead(head);
+      if (!v.ok()) {
+        if (v.error().code() == ErrorCode::kCompromised) {
+          r.block.push_back({"filter", "request", "-", "blocked"});
+          r.rec.error = v.error().message();
+          co_return co_await block();
+        }
+        co_await WriteError(client, 403, v.error().message(), r.rec);
+        co_return false;
+      }
+      if (!v->handled) continue;
+      changed = true;
+      if (v->need_full_body) {
+        full_body.push_back(f.get());
+        hold_limit = std::max(hold_limit, v->max_body);
+      }
+      if (v->body) transforms.push_back(std::move(v->body));
+    }
+    if (changed) ApplyHead(head, req);
+  }
+  // Runs the body transforms over `data` (and their End() when `last`); false on error.
+  auto transform = [&](std::string& data, bool last) -> bool {
+    for (auto& t : transforms) {
+      auto out = t->Data(data);
+      if (!out.ok()) return false;
+      data = std::move(out).value();
+      if (last) {
+        auto end = t->End();
+        if (!end.ok()) return false;
+        data += *end;
+      }
+    }
+    return true;
+  };
+
   // Body: hold up to body_hold_bytes and scan before anything goes upstream.
   bool had_body = parser.chunked() || (parser.content_length() && *parser.content_length() > 0);
   StreamScanner scanner(*placeholders_);
@@ -781,7 +843,7 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     scanner.Feed(piece, hits);
     ClassifyHits(hits, "body", r, true);
   };
-  while (!parser.is_done() && pending.size() < config_.body_hold_bytes) {
+  while (!parser.is_done() && pending.size() < hold_limit) {
     auto got = co_await read_piece();
     if (!got.ok()) {
       co_await WriteError(client, 400, got.error().message(), r.rec);
@@ -808,7 +870,24 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     }
   };
   bool complete = parser.is_done();
+  if (!full_body.empty()) {
+    if (!complete) {
+      co_await WriteError(client, 413, "request body too large for re-signing", r.rec);
+      co_return false;
+    }
+    for (RequestFilter* f : full_body) {
+      if (Status st = f->OnFullBody(head, pending); !st.ok()) {
+        co_await WriteError(client, 403, st.error().message(), r.rec);
+        co_return false;
+      }
+    }
+    ApplyHead(head, req);
+  }
   if (complete) {
+    if (!transform(pending, true)) {
+      co_await WriteError(client, 403, "request body refused by a filter", r.rec);
+      co_return false;
+    }
     swap_body(pending);
     if (had_body) {
       req.erase(http::field::transfer_encoding);
@@ -855,6 +934,10 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   } else {
     const size_t hold = 256;  // longer than every base64 form of a placeholder
     std::string held = std::move(pending);
+    if (!transform(held, false)) {
+      co_await WriteError(client, 403, "request body refused by a filter", r.rec);
+      co_return false;
+    }
     swap_body(held);
     std::string out;
     auto flush = [&](bool last) -> awaitable<bool> {
@@ -882,7 +965,13 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
         co_return co_await block();
       }
       r.rec.bytes_up += piece.size();
-      held.append(piece);
+      std::string tp(piece);
+      if (!transform(tp, parser.is_done())) {
+        up.Reset();
+        co_await WriteError(client, 403, "request body refused by a filter", r.rec);
+        co_return false;
+      }
+      held.append(tp);
       swap_body(held);
       up_ok = co_await flush(false);
     }

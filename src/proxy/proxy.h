@@ -40,6 +40,7 @@
 
 #include "base/result.h"
 #include "proxy/ca.h"
+#include "proxy/filter.h"
 #include "proxy/trace.h"
 #include "vault/vault.h"
 
@@ -69,6 +70,8 @@ struct ProxyConfig {
   std::function<void(const CompromiseEvent&)> on_compromise;
   int threads = 2;
   size_t body_hold_bytes = 1 << 20;
+  // Request filters (aws re-signing), in order. See filter.h.
+  std::vector<std::shared_ptr<RequestFilter>> filters;
 };
 
 class Proxy {

@@ -192,5 +192,76 @@ TEST_F(CurlTest, UnmappedHostNeverLeavesLoopback) {
   EXPECT_EQ(r.code, 502);
 }
 
+class TestFilter : public RequestFilter {
+ public:
+  explicit TestFilter(std::string mode) : mode_(std::move(mode)) {}
+  Result<FilterVerdict> OnRequestHead(RequestHead& head) override {
+    if (head.host != "api.anthropic.com") return FilterVerdict{};
+    if (mode_ == "deny") return Error(ErrorCode::kPermissionDenied, "signature mismatch");
+    if (mode_ == "trip") return Error(ErrorCode::kCompromised, "token replayed elsewhere");
+    head.headers.push_back({"X-Signed", "yes:" + head.method + ":" + head.target});
+    FilterVerdict v;
+    v.handled = true;
+    v.need_full_body = mode_ == "full";
+    v.max_body = 1 << 20;
+    struct Upper : BodyTransform {
+      Result<std::string> Data(std::string_view in) override {
+        std::string s(in);
+        for (char& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+        return s;
+      }
+      Result<std::string> End() override { return std::string(); }
+    };
+    v.body = std::make_unique<Upper>();
+    return v;
+  }
+  Status OnFullBody(RequestHead& head, std::string_view body) override {
+    head.headers.push_back({"X-Body-Len", std::to_string(body.size())});
+    return OkStatus();
+  }
+
+ private:
+  std::string mode_;
+};
+
+TEST_F(CurlTest, RequestFiltersRewriteHeadAndBody) {
+  for (std::string mode : {"stream", "full"}) {
+    ProxyEnv env;
+    auto up = FakeUpstream::Start(env.upstream_ca, Hello());
+    ASSERT_TRUE(up.ok());
+    env.filters = {std::make_shared<TestFilter>(mode)};
+    env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
+    CurlResult r = Curl(env, {"-d", "abc", "https://api.anthropic.com/v1?x=1"});
+    EXPECT_EQ(r.code, 200) << r.err;
+    ASSERT_EQ((*up)->requests().size(), 1u);
+    auto seen = (*up)->requests()[0];
+    EXPECT_EQ(seen.body, "ABC");
+    EXPECT_EQ(seen.Header("x-signed"), "yes:POST:/v1?x=1");
+    EXPECT_EQ(seen.Header("x-body-len"), mode == "full" ? "3" : "");
+  }
+}
+
+TEST_F(CurlTest, RequestFilterErrorsRefuseOrTrip) {
+  {
+    ProxyEnv env;
+    auto up = FakeUpstream::Start(env.upstream_ca, Hello());
+    env.filters = {std::make_shared<TestFilter>("deny")};
+    env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
+    EXPECT_EQ(Curl(env, {"https://api.anthropic.com/v1"}).code, 403);
+    EXPECT_TRUE((*up)->requests().empty());
+    EXPECT_FALSE(env.proxy->compromised());
+  }
+  {
+    ProxyEnv env;
+    auto up = FakeUpstream::Start(env.upstream_ca, Hello());
+    env.filters = {std::make_shared<TestFilter>("trip")};
+    env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
+    EXPECT_EQ(Curl(env, {"https://api.anthropic.com/v1"}).code, 451);
+    EXPECT_TRUE((*up)->requests().empty());
+    EXPECT_TRUE(env.proxy->compromised());
+    EXPECT_EQ(env.Events().size(), 1u);
+  }
+}
+
 }  // namespace
 }  // namespace cloister::proxy::testing

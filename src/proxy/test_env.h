@@ -70,6 +70,7 @@ class ProxyEnv {
       events.push_back(e);
     };
     cfg.body_hold_bytes = body_hold;
+    cfg.filters = filters;
     auto p = Proxy::Start(std::move(cfg));
     ASSERT_TRUE(p.ok()) << p.error().ToString();
     proxy = std::move(p).value();
@@ -99,6 +100,7 @@ class ProxyEnv {
   std::shared_ptr<CertAuthority> ca, upstream_ca;
   std::string ca_file, upstream_ca_file, trace_path;
   std::vector<vault::BoundCredential> creds;  // 0 anthropic, 1 github, 2 openai
+  std::vector<std::shared_ptr<RequestFilter>> filters;  // set before StartProxy
   std::unique_ptr<Proxy> proxy;
   uint16_t proxy_port = 0;
   std::mutex mu;

@@ -31,6 +31,7 @@ Result<LlmBodyPolicy> ParseLlmBodyPolicy(std::string_view name) {
 Vault::~Vault() {
   SecureWipe(master_key_);
   SecureWipe(salt_);
+  for (auto& [name, bytes] : blobs_) SecureWipe(bytes);
   for (Credential& c : credentials_) SecureWipe(c.value);
 }
 
@@ -85,6 +86,14 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
     if (!cred.ok()) return cred.error().WithContext(location.secrets_file);
     v.credentials_.push_back(std::move(cred).value());
   }
+  if (doc.contains("blobs") && doc["blobs"].is_object()) {
+    for (const auto& [name, b64] : doc["blobs"].items()) {
+      if (!b64.is_string()) return Error(ErrorCode::kCorrupt, location.secrets_file + ": bad blob");
+      auto bytes = Base64Decode(b64.get<std::string>());
+      if (!bytes.ok()) return Error(ErrorCode::kCorrupt, location.secrets_file + ": bad blob");
+      v.blobs_[name] = std::move(bytes).value();
+    }
+  }
   if (doc.contains("policy") && doc["policy"].is_object()) {
     auto p = ParseLlmBodyPolicy(doc["policy"].value("llm_body", "flag"));
     if (p.ok()) v.llm_body_ = *p;
@@ -129,8 +138,11 @@ Status Vault::Save() const {
     creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
                      {"hosts", c.hosts}, {"header", c.header}, {"body", c.body_substitution}});
   }
+  nlohmann::json blobs = nlohmann::json::object();
+  for (const auto& [name, bytes] : blobs_) blobs[name] = Base64Encode(bytes);
   nlohmann::json doc = {{"version", 1}, {"credentials", creds},
-                        {"policy", {{"llm_body", LlmBodyPolicyName(llm_body_)}}}};
+                        {"policy", {{"llm_body", LlmBodyPolicyName(llm_body_)}}},
+                        {"blobs", blobs}};
   std::string plain = doc.dump();
   doc.clear();
   creds.clear();
@@ -138,6 +150,31 @@ Status Vault::Save() const {
   SecureWipe(plain);
   if (!sealed.ok()) return sealed.error();
   return WriteFileAtomic(location_.secrets_file, std::string(kMagic) + *sealed, 0600);
+}
+
+void Vault::PutBlob(std::string_view name, std::string bytes) {
+  auto it = blobs_.find(name);
+  if (it != blobs_.end()) {
+    SecureWipe(it->second);
+    it->second = std::move(bytes);
+  } else {
+    blobs_.emplace(std::string(name), std::move(bytes));
+  }
+}
+
+const std::string* Vault::FindBlob(std::string_view name) const {
+  auto it = blobs_.find(name);
+  return it == blobs_.end() ? nullptr : &it->second;
+}
+
+Status Vault::RemoveBlob(std::string_view name) {
+  auto it = blobs_.find(name);
+  if (it == blobs_.end()) {
+    return Error(ErrorCode::kNotFound, "no secret named " + std::string(name));
+  }
+  SecureWipe(it->second);
+  blobs_.erase(it);
+  return OkStatus();
 }
 
 Result<std::string> Vault::PlaceholderFor(const Credential& cred) const {

@@ -5,14 +5,16 @@
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
 //   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"}],
-//    "policy":{"llm_body":"flag"|"block"}}
+//    "policy":{"llm_body":"flag"|"block"}, "blobs":{"name":"<base64>"}}
 //
 // Ownership: a Vault is used by one thread at a time; writers (cred add/rm) hold the workspace
 // lock (store) around Open..Save. The supervisor opens it once per boot, calls Bind(), and hands
 // the result to the proxy; the Vault object is then destroyed (its key material wiped).
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -60,6 +62,12 @@ class Vault {
   // kNotFound when no credential has this id.
   Status Remove(std::string_view id);
 
+  // Named secret blobs kept in the same encrypted file (sshagent: the workspace key's seed under
+  // "ssh-ed25519"). SECURITY: the bytes are secret.
+  void PutBlob(std::string_view name, std::string bytes);
+  const std::string* FindBlob(std::string_view name) const;  // nullptr if absent
+  Status RemoveBlob(std::string_view name);                  // kNotFound if absent
+
   LlmBodyPolicy llm_body_policy() const { return llm_body_; }
   void set_llm_body_policy(LlmBodyPolicy p) { llm_body_ = p; }
 
@@ -77,6 +85,7 @@ class Vault {
   std::string salt_;
   std::string key_backend_;
   std::vector<Credential> credentials_;
+  std::map<std::string, std::string, std::less<>> blobs_;
   LlmBodyPolicy llm_body_ = LlmBodyPolicy::kFlag;
 };
 

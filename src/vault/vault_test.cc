@@ -118,6 +118,24 @@ TEST_F(VaultTest, RefusesKeyFileReadableByOthers) {
   EXPECT_EQ(v.error().code(), ErrorCode::kPermissionDenied);
 }
 
+TEST_F(VaultTest, BlobsRoundTripEncrypted) {
+  const std::string seed("\x01\x02SEEDSEEDSEEDSEEDSEEDSEEDSEEDS\xff", 32);
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->FindBlob("ssh-ed25519"), nullptr);
+    v->PutBlob("ssh-ed25519", seed);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  EXPECT_EQ(Slurp(loc_.secrets_file).find("SEEDSEED"), std::string::npos);
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  ASSERT_NE(v->FindBlob("ssh-ed25519"), nullptr);
+  EXPECT_EQ(*v->FindBlob("ssh-ed25519"), seed);
+  EXPECT_TRUE(v->RemoveBlob("ssh-ed25519").ok());
+  EXPECT_EQ(v->RemoveBlob("ssh-ed25519").error().code(), ErrorCode::kNotFound);
+}
+
 TEST_F(VaultTest, RemoveUnknownIsNotFound) {
   auto v = Vault::Open(loc_, KeyBackend::kFile);
   ASSERT_TRUE(v.ok());

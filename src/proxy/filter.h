@@ -1,0 +1,55 @@
+// Request filters: a seam for modules that must rewrite intercepted requests beyond header
+// substitution (aws/: SigV4 re-signing). Owned by proxy; implemented elsewhere.
+//
+// A filter sees a TLS-intercepted request only when the CONNECT host, SNI and Host header agree,
+// after the compromise detector's head scan and the header substitution. It may rewrite the head
+// and wrap the request body. Filters run on proxy threads, one request at a time per connection;
+// an implementation shared by connections must be thread safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cloister::proxy {
+
+struct RequestHead {
+  std::string method;  // "GET"
+  std::string target;  // origin form as sent: "/bucket/key?uploads="
+  std::string host;    // destination host (CONNECT authority = SNI = Host), lower-case, no port
+  uint16_t port = 443;
+  std::vector<std::pair<std::string, std::string>> headers;  // wire order, names as received
+};
+
+// Wraps the request body (after de-chunking). Output length should equal input length when the
+// body is streamed (the declared length is kept); a held body gets a recomputed Content-Length.
+class BodyTransform {
+ public:
+  virtual ~BodyTransform() = default;
+  virtual Result<std::string> Data(std::string_view in) = 0;  // bytes to forward now
+  virtual Result<std::string> End() = 0;                      // at the end; error aborts upstream
+};
+
+struct FilterVerdict {
+  bool handled = false;         // false: the filter does not apply; the head is left as it was
+  bool need_full_body = false;  // hold the whole body (<= max_body) and call OnFullBody
+  size_t max_body = 0;
+  std::unique_ptr<BodyTransform> body;  // optional
+};
+
+class RequestFilter {
+ public:
+  virtual ~RequestFilter() = default;
+  // May rewrite `head`. An error: 403 with the message, nothing forwarded; kCompromised: the
+  // compromise detector trips (451, callback).
+  virtual Result<FilterVerdict> OnRequestHead(RequestHead& head) = 0;
+  // Only after need_full_body: the whole body (may rewrite the head; the body goes unchanged).
+  virtual Status OnFullBody(RequestHead& head, std::string_view body) = 0;
+};
+
+}  // namespace cloister::proxy
