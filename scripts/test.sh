@@ -11,7 +11,9 @@ cmake --build "$BUILD" -j"$(nproc)"
 exclude=(-LE opt-in)
 [ "${CLOISTER_TEST_ALL:-0}" = 1 ] && exclude=()
 cd "$BUILD"
-ctest --output-on-failure --no-tests=error -j"$(nproc)" "${exclude[@]}"
+# A test that fails is retried once: the VM tests run under software emulation on shared CI
+# machines, and a second failure is a real one.
+ctest --output-on-failure --no-tests=error --repeat until-pass:2 -j"$(nproc)" "${exclude[@]}"
 # Sanitizers and fuzzing: every fuzz target's corpus replayed and each fuzzed for a bounded time
 # under ASan+UBSan, in its own build dir (scripts/fuzz.sh). CLOISTER_SKIP_FUZZ=1 skips it.
 cd "$ROOT"
