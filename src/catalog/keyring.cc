@@ -1,5 +1,7 @@
 #include "catalog/keyring.h"
 
+#include "base/file_util.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,34 +25,7 @@ bool TrustedKey::AllowsChannel(const std::string& channel) const {
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view content, unsigned mode) {
-  std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) return ErrnoError("create " + tmp, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("write " + tmp, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fchmod(fd, mode) != 0 || fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("sync " + tmp, e);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
-  std::string dir = path.substr(0, path.rfind('/'));
-  int dfd = open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return OkStatus();
+  return cloister::WriteFileAtomic(path, content, static_cast<mode_t>(mode));
 }
 
 Result<Keyring> Keyring::Load(const std::string& path) {

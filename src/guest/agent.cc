@@ -1,5 +1,7 @@
 #include "guest/agent.h"
 
+#include "base/file_util.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -66,26 +68,9 @@ bool IsMountPoint(const std::string& path) {
   return false;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+Status WriteFileWithParents(const std::string& path, const std::string& content, mode_t mode) {
   MkdirP(std::filesystem::path(path).parent_path().string());
-  std::string tmp = path + ".cloister-tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("open " + tmp, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n <= 0) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("write " + tmp, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  fchmod(fd, mode);
-  fsync(fd);
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + path, errno);
-  return OkStatus();
+  return WriteFileAtomic(path, content, mode);
 }
 
 }  // namespace
@@ -131,11 +116,11 @@ void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
       log("mounted share " + s.tag + " at " + s.path);
     }
   }
-  if (auto st = WriteFileAtomic(o.profile_path, ProfileScript(c.env), 0644); !st.ok()) {
+  if (auto st = WriteFileWithParents(o.profile_path, ProfileScript(c.env), 0644); !st.ok()) {
     log(st.error().message());
   }
   for (const auto& f : c.files) {
-    if (auto st = WriteFileAtomic(f.path, f.content, f.mode); !st.ok()) {
+    if (auto st = WriteFileWithParents(f.path, f.content, f.mode); !st.ok()) {
       log(st.error().message());
       continue;
     }

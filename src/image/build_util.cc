@@ -13,6 +13,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "catalog/names.h"
 #include "catalog/sha256.h"
 #include "image/ext4_times.h"
 
@@ -198,6 +199,16 @@ Status MakeCpio(const std::string& root, const std::string& out, int64_t epoch) 
                                               "newc", "-R", "0:0"},
                                              opts));
   return WriteFile(out, r.out, 0644);
+}
+
+Status AddArtifactDigests(const std::string& out_dir, catalog::ImageEntry* entry) {
+  for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
+                            std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
+                            std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
+    ASSIGN_OR_RETURN(catalog::FileDigest d, catalog::Sha256File(out_dir + "/" + file));
+    entry->artifacts.push_back({role, file, d.size, d.sha256});
+  }
+  return OkStatus();
 }
 
 }  // namespace cloister::image

@@ -54,6 +54,10 @@ std::string DeterministicUuid(std::string_view seed);
 
 // Runs each post-install step as `sh -c COMMAND sh ROOT` with a fixed environment
 // (LC_ALL=C, SOURCE_DATE_EPOCH, a standard PATH).
+// Hashes the disk, kernel and initramfs exported in `out_dir` and appends them, in that order, as
+// the catalog entry's artifacts.
+Status AddArtifactDigests(const std::string& out_dir, catalog::ImageEntry* entry);
+
 Status RunPostInstall(const std::vector<catalog::PostInstallStep>& steps, const std::string& root);
 
 struct Ext4Options {

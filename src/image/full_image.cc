@@ -151,12 +151,7 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
   entry.arch = "amd64";
   entry.kernel_cmdline = kKernelCmdline;
   entry.post_install = steps;
-  for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
-                            std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
-                            std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
-    ASSIGN_OR_RETURN(catalog::FileDigest d, catalog::Sha256File(o.out_dir + "/" + file));
-    entry.artifacts.push_back({role, file, d.size, d.sha256});
-  }
+  RETURN_IF_ERROR(AddArtifactDigests(o.out_dir, &entry));
   RETURN_IF_ERROR(RemoveTree(work));
   stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
   return entry;

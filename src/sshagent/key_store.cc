@@ -1,5 +1,7 @@
 #include "sshagent/key_store.h"
 
+#include "base/file_util.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,28 +14,7 @@ namespace {
 
 // Writes a small PUBLIC file atomically: temp file, fsync, rename.
 Status WritePublicFile(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open " + tmp, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return ErrnoError("write " + tmp, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("fsync " + tmp, e);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
-  return OkStatus();
+  return WriteFileAtomic(path, content, 0644);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "vault/keys.h"
 
+#include "base/file_util.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,17 +23,10 @@ constexpr size_t kKeySize = 32;
 Status CreateExclusive(const std::string& path, std::string_view content) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError("create " + path, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      unlink(path.c_str());
-      return ErrnoError("write " + path, e);
-    }
-    off += static_cast<size_t>(n);
+  if (Status st = WriteAll(fd, content, path); !st.ok()) {
+    close(fd);
+    unlink(path.c_str());
+    return st.error();
   }
   if (fsync(fd) != 0) {
     int e = errno;
@@ -159,41 +154,7 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view content, int mode) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("create " + tmp, errno);
-  fchmod(fd, mode);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return ErrnoError("write " + tmp, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    return ErrnoError("fsync " + tmp, e);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    return ErrnoError("rename " + path, e);
-  }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return OkStatus();
+  return cloister::WriteFileAtomic(path, content, static_cast<mode_t>(mode));
 }
 
 Result<MasterKey> LoadOrCreateMasterKey(const std::string& keys_dir, KeyBackend backend) {

@@ -1,5 +1,7 @@
 #include "vm/control.h"
 
+#include "base/file_util.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,31 +21,7 @@ LineConn::~LineConn() {
 
 Status LineConn::Send(const json& doc, int pass_fd) {
   std::string line = doc.dump() + "\n";
-  size_t off = 0;
-  while (off < line.size()) {
-    iovec iov{line.data() + off, line.size() - off};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0 && off == 0) {
-      std::memset(control, 0, sizeof(control));
-      mh.msg_control = control;
-      mh.msg_controllen = sizeof(control);
-      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
-    ssize_t w = sendmsg(fd_, &mh, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("send to control socket", errno);
-    }
-    off += static_cast<size_t>(w);
-  }
-  return OkStatus();
+  return SendAllWithFd(fd_, line, pass_fd, "control socket");
 }
 
 Result<json> LineConn::Read(std::chrono::steady_clock::time_point deadline, int* received_fd) {

@@ -1,5 +1,7 @@
 #include "vm/qmp.h"
 
+#include "base/file_util.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -123,30 +125,7 @@ Result<json> QmpClient::Execute(const std::string& command, const json& argument
   json req = {{"execute", command}, {"id", id}};
   if (!arguments.empty()) req["arguments"] = arguments;
   std::string line = req.dump() + "\n";
-  size_t off = 0;
-  while (off < line.size()) {
-    iovec iov{const_cast<char*>(line.data() + off), line.size() - off};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0 && off == 0) {
-      std::memset(control, 0, sizeof(control));
-      mh.msg_control = control;
-      mh.msg_controllen = sizeof(control);
-      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
-    ssize_t w = sendmsg(fd_, &mh, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write QMP", errno);
-    }
-    off += static_cast<size_t>(w);
-  }
+  RETURN_IF_ERROR(SendAllWithFd(fd_, line, pass_fd, "QMP"));
   auto deadline = Clock::now() + timeout;
   while (true) {
     ASSIGN_OR_RETURN(QmpMessage msg, ReadMessage(deadline));

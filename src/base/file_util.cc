@@ -1,0 +1,82 @@
+#include "base/file_util.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace cloister {
+
+Status WriteAll(int fd, std::string_view data, const std::string& what) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("write " + what, errno);
+    }
+    off += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return ErrnoError("create " + tmp, errno);
+  auto fail = [&](Error e) {
+    close(fd);
+    unlink(tmp.c_str());
+    return e;
+  };
+  if (Status st = WriteAll(fd, content, tmp); !st.ok()) return fail(st.error());
+  if (fchmod(fd, mode) != 0) return fail(ErrnoError("chmod " + tmp, errno));
+  if (fsync(fd) != 0) return fail(ErrnoError("fsync " + tmp, errno));
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    unlink(tmp.c_str());
+    return ErrnoError("rename " + path, e);
+  }
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return OkStatus();
+}
+
+Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::string& what) {
+  size_t off = 0;
+  while (off < data.size()) {
+    iovec iov{const_cast<char*>(data.data() + off), data.size() - off};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0 && off == 0) {
+      std::memset(control, 0, sizeof(control));
+      mh.msg_control = control;
+      mh.msg_controllen = sizeof(control);
+      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("send to " + what, errno);
+    }
+    off += static_cast<size_t>(w);
+  }
+  return OkStatus();
+}
+
+}  // namespace cloister

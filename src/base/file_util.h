@@ -1,0 +1,27 @@
+// File and socket helpers shared by every module that writes state outside the store's Env
+// (the store goes through store/env.h so its writes can be fault-injected).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace cloister {
+
+// Writes all of `data` to `fd`, retrying on EINTR and short writes. `what` names the target in
+// the error.
+Status WriteAll(int fd, std::string_view data, const std::string& what);
+
+// Replaces `path` atomically with `content` at `mode`: writes a temp file beside it (never
+// following a symlink), fsyncs it, renames it over `path`, then fsyncs the directory. On failure
+// the temp file is removed and `path` is untouched.
+Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode);
+
+// Sends all of `data` on the connected unix socket `sock`; if `pass_fd` >= 0 it travels with the
+// first byte as SCM_RIGHTS. `what` names the peer in the error.
+Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::string& what);
+
+}  // namespace cloister

@@ -1,0 +1,83 @@
+#include "base/file_util.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+namespace cloister {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/cloister-fileutil.XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(FileUtilTest, WriteFileAtomicReplacesContentAndSetsMode) {
+  std::string dir = TempDir();
+  std::string path = dir + "/f";
+  ASSERT_TRUE(WriteFileAtomic(path, "one", 0600).ok());
+  ASSERT_TRUE(WriteFileAtomic(path, "two", 0644).ok());
+  EXPECT_EQ(Slurp(path), "two");
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  // No temp file is left behind.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()), 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileUtilTest, WriteFileAtomicFailsCleanlyInAMissingDirectory) {
+  Status st = WriteFileAtomic("/tmp/cloister-no-such-dir-xyz/f", "x", 0600);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kNotFound);
+}
+
+TEST(FileUtilTest, SendAllWithFdPassesTheDescriptor) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  ASSERT_TRUE(SendAllWithFd(sv[0], "hello\n", pipefd[1], "peer").ok());
+  char buf[16] = {};
+  iovec iov{buf, sizeof(buf)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  ssize_t n = recvmsg(sv[1], &mh, 0);
+  ASSERT_EQ(n, 6);
+  EXPECT_EQ(std::string(buf, 6), "hello\n");
+  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+  ASSERT_NE(cm, nullptr);
+  ASSERT_EQ(cm->cmsg_type, SCM_RIGHTS);
+  int got;
+  std::memcpy(&got, CMSG_DATA(cm), sizeof(int));
+  // The received descriptor is the pipe's write end: bytes written to it reach the read end.
+  ASSERT_EQ(write(got, "z", 1), 1);
+  char c = 0;
+  ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+  EXPECT_EQ(c, 'z');
+  for (int fd : {sv[0], sv[1], pipefd[0], pipefd[1], got}) close(fd);
+}
+
+}  // namespace
+}  // namespace cloister
