@@ -25,6 +25,7 @@
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "base/strings.h"
@@ -75,6 +76,24 @@ Status WriteFileWithParents(const std::string& path, const std::string& content,
 
 }  // namespace
 
+Status InstallCaCertificate(const std::string& pem, const std::string& ca_file,
+                            const std::string& bundle) {
+  std::string cert = pem;
+  if (cert.empty() || cert.back() != '\n') cert += '\n';
+  RETURN_IF_ERROR(WriteFileWithParents(ca_file, cert, 0644));
+  std::string existing;
+  {
+    std::ifstream in(bundle);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    existing = ss.str();
+  }
+  // The bundle lives on the system disk and survives reboots: append only once.
+  if (existing.find(cert) != std::string::npos) return OkStatus();
+  if (!existing.empty() && existing.back() != '\n') existing += '\n';
+  return WriteFileWithParents(bundle, existing + cert, 0644);
+}
+
 void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
   Logger log(o.log);
   if (!c.hostname.empty() && sethostname(c.hostname.data(), c.hostname.size()) != 0) {
@@ -118,6 +137,13 @@ void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
   }
   if (auto st = WriteFileWithParents(o.profile_path, ProfileScript(c.env), 0644); !st.ok()) {
     log(st.error().message());
+  }
+  if (!c.ca_certificate.empty()) {
+    if (auto st = InstallCaCertificate(c.ca_certificate, o.ca_file, o.ca_bundle); !st.ok()) {
+      log("proxy CA: " + st.error().message());
+    } else {
+      log("proxy CA installed in " + o.ca_bundle);
+    }
   }
   for (const auto& f : c.files) {
     if (auto st = WriteFileWithParents(f.path, f.content, f.mode); !st.ok()) {

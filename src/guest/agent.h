@@ -27,11 +27,21 @@ struct AgentOptions {
   std::string group_path = "/etc/group";
   bool switch_user = true;
   std::string profile_path = "/etc/profile.d/cloister.sh";
+  // Where the proxy CA goes: its own file (picked up by update-ca-certificates on a Debian
+  // system) and the bundle every TLS library reads (OpenSSL, curl, git, Python, Node with
+  // NODE_EXTRA_CA_CERTS). The bundle gets the PEM appended once, never a second time.
+  std::string ca_file = "/usr/local/share/ca-certificates/cloister.crt";
+  std::string ca_bundle = "/etc/ssl/certs/ca-certificates.crt";
   std::function<void(std::string_view)> log;  // default: stderr (the serial console)
 };
 
 // Runs until a fatal error (returns the process exit code). Normally never returns.
 int RunAgent(const AgentOptions& options);
+
+// Makes the guest trust `pem`: writes it to `ca_file` and appends it to `bundle` unless the
+// bundle already holds it (created if absent, e.g. on the busybox test image).
+Status InstallCaCertificate(const std::string& pem, const std::string& ca_file,
+                            const std::string& bundle);
 
 // Applies the per-boot system setup; each failing step is logged, not fatal.
 void ApplySetup(const AgentConfig& config, const AgentOptions& options);

@@ -107,6 +107,40 @@ TEST(AgentSetupTest, WritesProfileAndFilesWithModes) {
   fs::remove_all(dir);
 }
 
+TEST(AgentSetupTest, InstallsTheProxyCaOnceIntoTheTrustBundle) {
+  auto dir = TempDir("ca");
+  const std::string pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  const std::string system = "-----BEGIN CERTIFICATE-----\nSYSTEM\n-----END CERTIFICATE-----";
+  std::ofstream((dir / "bundle.crt").string()) << system;  // no trailing newline
+  AgentConfig c;
+  c.home_device = "";
+  c.ca_certificate = pem;
+  AgentOptions o;
+  o.profile_path = (dir / "profile.sh").string();
+  o.ca_file = (dir / "local/cloister.crt").string();
+  o.ca_bundle = (dir / "bundle.crt").string();
+  o.log = [](std::string_view) {};
+  ApplySetup(c, o);
+  EXPECT_EQ(Slurp(dir / "local/cloister.crt"), pem);
+  EXPECT_EQ(Slurp(dir / "bundle.crt"), system + "\n" + pem);
+  // A second boot (the bundle is on the persistent system disk) does not append it again.
+  ApplySetup(c, o);
+  EXPECT_EQ(Slurp(dir / "bundle.crt"), system + "\n" + pem);
+  // The busybox test image has no bundle at all: it is created.
+  o.ca_bundle = (dir / "new/ca-certificates.crt").string();
+  ApplySetup(c, o);
+  EXPECT_EQ(Slurp(dir / "new/ca-certificates.crt"), pem);
+  fs::remove_all(dir);
+}
+
+TEST(AgentConfigTest, CaCertificateMustBePem) {
+  auto ok = ParseAgentConfig(R"({"version":1,"workspace":"w","ca_certificate":"-----BEGIN CERTIFICATE-----\nx\n"})");
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  EXPECT_EQ(ok->ca_certificate.substr(0, 11), "-----BEGIN ");
+  EXPECT_FALSE(ParseAgentConfig(R"({"version":1,"workspace":"w","ca_certificate":"not a cert"})").ok());
+  EXPECT_FALSE(ParseAgentConfig(R"({"version":1,"workspace":"w","ca_certificate":7})").ok());
+}
+
 TEST(AgentTest, FindsTheVirtioPortByNameAndMakesItsNode) {
   auto dir = TempDir("vport");
   fs::create_directories(dir / "sys/vport0p1");

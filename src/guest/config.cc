@@ -83,6 +83,14 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
       c.files.push_back(fc);
     }
   }
+  if (j.contains("ca_certificate")) {
+    if (!j["ca_certificate"].is_string()) return Bad("ca_certificate must be a string");
+    c.ca_certificate = j["ca_certificate"].get<std::string>();
+    if (!c.ca_certificate.empty() &&
+        c.ca_certificate.rfind("-----BEGIN CERTIFICATE-----", 0) != 0) {
+      return Bad("ca_certificate must be one PEM certificate");
+    }
+  }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");
     for (const auto& f : j["forwards"]) {

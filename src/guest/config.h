@@ -41,6 +41,9 @@ struct AgentConfig {
   std::map<std::string, std::string> env;
   std::vector<FileConfig> files;
   std::vector<ForwardConfig> forwards;  // default: proxy on 127.0.0.1:3128, ssh-agent socket
+  // PEM of the per-install proxy CA the guest must trust ("" = none). Installed by ApplySetup
+  // into the system trust store (see AgentOptions::ca_file / ca_bundle).
+  std::string ca_certificate;
   int ready_timeout_s = 120;
 };
 
