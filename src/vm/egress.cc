@@ -1,0 +1,105 @@
+#include "vm/egress.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "base/strings.h"
+#include "proxy/ca.h"
+#include "proxy/trace.h"
+#include "vault/guest_files.h"
+#include "vault/vault.h"
+
+namespace cloister::vm {
+
+std::map<std::string, std::string> ProxyEnvironment() {
+  const std::string url = kGuestProxyUrl;
+  const std::string no_proxy = "localhost,127.0.0.1,::1";
+  return {
+      {"HTTPS_PROXY", url},
+      {"HTTP_PROXY", url},
+      {"https_proxy", url},
+      {"http_proxy", url},
+      {"ALL_PROXY", url},
+      {"all_proxy", url},
+      {"NO_PROXY", no_proxy},
+      {"no_proxy", no_proxy},
+      {"npm_config_proxy", url},
+      {"npm_config_https_proxy", url},
+      {"PIP_PROXY", url},
+      // Every TLS stack at the bundle that holds the proxy CA (Node only adds extra CAs).
+      {"NODE_EXTRA_CA_CERTS", kGuestCaFile},
+      {"SSL_CERT_FILE", kGuestCaBundle},
+      {"REQUESTS_CA_BUNDLE", kGuestCaBundle},
+      {"CURL_CA_BUNDLE", kGuestCaBundle},
+      {"GIT_SSL_CAINFO", kGuestCaBundle},
+      {"npm_config_cafile", kGuestCaBundle},
+  };
+}
+
+Status EgressOverridesFromEnv(EgressOptions& options) {
+  if (const char* r = std::getenv("CLOISTER_PROXY_RESOLVE"); r && *r) {
+    for (const std::string& item : Split(r, ',')) {
+      std::string entry = Trim(item);
+      if (entry.empty()) continue;
+      size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size() ||
+          entry.find(':') > eq || entry.rfind(':') < eq) {
+        return Error(ErrorCode::kInvalidArgument,
+                     "CLOISTER_PROXY_RESOLVE: bad entry '" + entry + "'",
+                     "use host:port=ip:port[,host:port=ip:port...]");
+      }
+      options.resolve[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    options.resolve_only = true;
+  }
+  if (const char* ca = std::getenv("CLOISTER_PROXY_UPSTREAM_CA"); ca && *ca) {
+    options.upstream_ca_file = ca;
+  }
+  return OkStatus();
+}
+
+Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
+  std::unique_ptr<Egress> e(new Egress());
+  proxy::ProxyConfig cfg;
+  cfg.workspace = options.workspace;
+  {
+    // The vault lives only for this block: Bind() copies what the proxy needs and the Vault's
+    // destructor wipes its key material.
+    ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(vault::VaultLocation{
+                                         options.keys_dir, options.secrets_file, options.workspace},
+                                     options.key_backend));
+    ASSIGN_OR_RETURN(cfg.credentials, v.Bind());
+    cfg.llm_body_policy = v.llm_body_policy();
+  }
+  // Built from placeholders only: BuildGuestCredentials never reads a value.
+  vault::GuestCredentials creds = vault::BuildGuestCredentials(cfg.credentials);
+  ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
+  ASSIGN_OR_RETURN(cfg.trace, proxy::TraceSink::Open(options.trace_log));
+  cfg.on_compromise = std::move(options.on_compromise);
+  cfg.resolve = std::move(options.resolve);
+  cfg.resolve_only = options.resolve_only;
+  cfg.upstream_ca_file = std::move(options.upstream_ca_file);
+
+  e->guest_.env = ProxyEnvironment();
+  for (auto& [k, v] : creds.env) e->guest_.env[k] = v;
+  for (const vault::GuestFile& f : creds.files) {
+    e->guest_.files.push_back(
+        {options.guest_home + "/" + f.path, f.content, static_cast<unsigned>(f.mode), "dev"});
+  }
+  // apt ignores the environment under sudo's env_reset: give it its own proxy setting.
+  e->guest_.files.push_back({"/etc/apt/apt.conf.d/90cloister-proxy",
+                             std::string("Acquire::http::Proxy \"") + kGuestProxyUrl +
+                                 "\";\nAcquire::https::Proxy \"" + kGuestProxyUrl + "\";\n",
+                             0644, "root"});
+  e->guest_.ca_pem = cfg.ca->cert_pem();
+  ASSIGN_OR_RETURN(e->proxy_, proxy::Proxy::Start(std::move(cfg)));
+  return e;
+}
+
+Egress::~Egress() { Stop(); }
+
+void Egress::Stop() {
+  if (proxy_) proxy_->Stop();
+}
+
+}  // namespace cloister::vm

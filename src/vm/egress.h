@@ -1,0 +1,89 @@
+// The wire boundary of one running workspace: the supervisor's egress proxy and what the guest
+// needs to use it (placeholders, proxy environment, CA). Started once per boot, before the
+// metadata disk is built.
+//
+// SECURITY: the real credential values exist only in this process: in the vault's Bind() result,
+// which is moved into the proxy. What goes to the guest (GuestSetup) is built from placeholders
+// only (vault::BuildGuestCredentials reads no value), and a test scans the metadata disk for the
+// real value.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "proxy/proxy.h"
+#include "vault/keys.h"
+
+namespace cloister::vm {
+
+// The guest's end of the proxy: the agent listens here and forwards each connection to the
+// supervisor's "proxy" channel service (guest/config.cc default forwards).
+inline constexpr char kGuestProxyUrl[] = "http://127.0.0.1:3128";
+inline constexpr char kProxyService[] = "proxy";
+// Where the guest's CA bundle is (the agent appends the proxy CA to it; guest/agent.h).
+inline constexpr char kGuestCaBundle[] = "/etc/ssl/certs/ca-certificates.crt";
+inline constexpr char kGuestCaFile[] = "/usr/local/share/ca-certificates/cloister.crt";
+
+// A file the agent writes in the guest at each boot.
+struct GuestFileSpec {
+  std::string path;  // absolute guest path
+  std::string content;
+  unsigned mode = 0600;
+  std::string owner = "dev";
+};
+
+// What the metadata disk carries for the wire boundary.
+struct GuestSetup {
+  std::map<std::string, std::string> env;  // proxy variables, CA variables, placeholders
+  std::vector<GuestFileSpec> files;        // ~/.git-credentials, gh hosts, apt proxy
+  std::string ca_pem;                      // the per-install CA certificate (public)
+};
+
+struct EgressOptions {
+  std::string workspace;
+  std::string keys_dir;      // <store>/keys
+  std::string secrets_file;  // <workspace>/secrets.enc
+  std::string trace_log;     // <workspace>/trace.jsonl
+  std::string guest_home = "/home/dev";
+  vault::KeyBackend key_backend = vault::KeyBackendFromEnv();  // as `cloister cred` uses it
+  // Runs on a proxy thread when a placeholder is caught going out of its scope.
+  std::function<void(const proxy::CompromiseEvent&)> on_compromise;
+  // Upstream overrides (ProxyConfig::resolve / upstream_ca_file / resolve_only). Empty in normal
+  // use; EgressOverridesFromEnv() fills them from the environment for tests and debugging.
+  std::map<std::string, std::string> resolve;
+  bool resolve_only = false;
+  std::string upstream_ca_file;
+};
+
+// Reads CLOISTER_PROXY_RESOLVE ("host:port=ip:port,..."; its presence also sets resolve_only, so a
+// test's traffic can never leave the fakes it names) and CLOISTER_PROXY_UPSTREAM_CA (a PEM file).
+// A malformed value is an error: the supervisor refuses to boot rather than guess.
+Status EgressOverridesFromEnv(EgressOptions& options);
+
+class Egress {
+ public:
+  // Opens the vault, binds placeholders, loads (or creates) the per-install CA and starts the
+  // proxy. A workspace without credentials still gets the proxy: it is the only way out.
+  static Result<std::unique_ptr<Egress>> Start(EgressOptions options);
+  ~Egress();
+
+  const GuestSetup& guest() const { return guest_; }
+  // Hands one connected guest stream to the proxy (the mux's "proxy" service handler).
+  void Serve(int fd) { proxy_->Serve(fd); }
+  bool compromised() const { return proxy_->compromised(); }
+  void Stop();
+
+ private:
+  Egress() = default;
+  std::unique_ptr<proxy::Proxy> proxy_;
+  GuestSetup guest_;
+};
+
+// The guest environment that points every common tool at the proxy and the CA (pure; tested).
+std::map<std::string, std::string> ProxyEnvironment();
+
+}  // namespace cloister::vm

@@ -1,0 +1,159 @@
+// The supervisor's wire boundary on the host: the guest setup holds placeholders only, and a real
+// curl through Egress::Serve reaches a local fake of api.anthropic.com with the real key swapped
+// in (resolve override, test CA; nothing leaves 127.0.0.1).
+#include "vm/egress.h"
+
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "base/subprocess.h"
+#include "proxy/ca.h"
+#include "proxy/fake_upstream.h"
+#include "vault/credential.h"
+#include "vault/vault.h"
+
+namespace cloister::vm {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kReal =
+    "sk-ant-api03-REALxKEYxNEVERxINxTHExGUESTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX-_AA";
+
+class EgressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cloister-egress-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    fs::create_directories(dir_ + "/keys");
+    fs::permissions(dir_ + "/keys", fs::perms::owner_all);
+    opts_.workspace = "ws";
+    opts_.keys_dir = dir_ + "/keys";
+    opts_.secrets_file = dir_ + "/secrets.enc";
+    opts_.trace_log = dir_ + "/trace.jsonl";
+    opts_.key_backend = vault::KeyBackend::kFile;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void AddAnthropicKey() {
+    auto v = vault::Vault::Open({opts_.keys_dir, opts_.secrets_file, "ws"}, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v.ok()) << v.error().ToString();
+    auto c = vault::MakeCredential(vault::CredentialKind::kAnthropic, kReal, {}, "", false);
+    ASSERT_TRUE(c.ok());
+    v->Put(*c);
+    ASSERT_TRUE(v->Save().ok());
+  }
+
+  std::string dir_;
+  EgressOptions opts_;
+};
+
+std::string Everything(const GuestSetup& g) {
+  std::string all = g.ca_pem;
+  for (auto& [k, v] : g.env) all += k + "=" + v + "\n";
+  for (auto& f : g.files) all += f.path + "\n" + f.content + "\n";
+  return all;
+}
+
+TEST(EgressOverridesTest, ParsesResolveAndRefusesMalformedEntries) {
+  EgressOptions o;
+  setenv("CLOISTER_PROXY_RESOLVE", "api.anthropic.com:443=127.0.0.1:4443, api.github.com:443=127.0.0.1:5443", 1);
+  setenv("CLOISTER_PROXY_UPSTREAM_CA", "/tmp/ca.pem", 1);
+  ASSERT_TRUE(EgressOverridesFromEnv(o).ok());
+  EXPECT_EQ(o.resolve.at("api.anthropic.com:443"), "127.0.0.1:4443");
+  EXPECT_EQ(o.resolve.at("api.github.com:443"), "127.0.0.1:5443");
+  EXPECT_TRUE(o.resolve_only);
+  EXPECT_EQ(o.upstream_ca_file, "/tmp/ca.pem");
+  for (const char* bad : {"api.anthropic.com=127.0.0.1:1", "=1.2.3.4:5", "a:1=", "a:1-b:2"}) {
+    EgressOptions b;
+    setenv("CLOISTER_PROXY_RESOLVE", bad, 1);
+    EXPECT_FALSE(EgressOverridesFromEnv(b).ok()) << bad;
+  }
+  unsetenv("CLOISTER_PROXY_RESOLVE");
+  unsetenv("CLOISTER_PROXY_UPSTREAM_CA");
+  EgressOptions none;
+  ASSERT_TRUE(EgressOverridesFromEnv(none).ok());
+  EXPECT_TRUE(none.resolve.empty());
+  EXPECT_FALSE(none.resolve_only);
+}
+
+TEST_F(EgressTest, WithoutCredentialsTheGuestStillGetsTheProxyAndTheCa) {
+  auto e = Egress::Start(opts_);
+  ASSERT_TRUE(e.ok()) << e.error().ToString();
+  const GuestSetup& g = (*e)->guest();
+  EXPECT_EQ(g.env.at("HTTPS_PROXY"), kGuestProxyUrl);
+  EXPECT_EQ(g.env.at("SSL_CERT_FILE"), kGuestCaBundle);
+  EXPECT_EQ(g.env.count("ANTHROPIC_API_KEY"), 0u);
+  EXPECT_EQ(g.ca_pem.rfind("-----BEGIN CERTIFICATE-----", 0), 0u);
+  // The CA is the store's per-install CA, the same on every boot.
+  std::ifstream f(opts_.keys_dir + "/proxy-ca.crt");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), g.ca_pem);
+}
+
+TEST_F(EgressTest, GuestGetsOnlyThePlaceholderAndTheUpstreamGetsTheRealKey) {
+  AddAnthropicKey();
+  auto upstream_ca = proxy::CertAuthority::CreateInMemory("test upstream CA");
+  ASSERT_TRUE(upstream_ca.ok());
+  std::string upstream_ca_file = dir_ + "/upstream-ca.pem";
+  std::ofstream(upstream_ca_file) << (*upstream_ca)->cert_pem();
+  auto fake = proxy::testing::FakeUpstream::Start(
+      *upstream_ca, [](const proxy::testing::SeenRequest&, proxy::testing::ResponseWriter& w) {
+        w.Send(200, {{"content-type", "application/json"}}, "{\"ok\":true}");
+      });
+  ASSERT_TRUE(fake.ok());
+  opts_.resolve = {{"api.anthropic.com:443", (*fake)->Address()}};
+  opts_.resolve_only = true;
+  opts_.upstream_ca_file = upstream_ca_file;
+  auto e = Egress::Start(opts_);
+  ASSERT_TRUE(e.ok()) << e.error().ToString();
+  const GuestSetup& g = (*e)->guest();
+  ASSERT_EQ(g.env.count("ANTHROPIC_API_KEY"), 1u);
+  const std::string placeholder = g.env.at("ANTHROPIC_API_KEY");
+  EXPECT_NE(placeholder, kReal);
+  EXPECT_EQ(Everything(g).find(kReal), std::string::npos) << "a real value reached the guest setup";
+  EXPECT_EQ(Everything(g).find(kReal.substr(20, 40)), std::string::npos);
+
+  // The guest's listener in miniature: every accepted connection goes to Serve, as the mux's
+  // "proxy" service does with each guest stream.
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread acceptor([&] {
+    int c = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) (*e)->Serve(c);
+  });
+  std::string ca_file = dir_ + "/guest-ca.pem";
+  std::ofstream(ca_file) << g.ca_pem;
+  auto run = RunProcess({"curl", "-sS", "--max-time", "60", "--cacert", ca_file, "-x",
+                         "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "-H",
+                         "x-api-key: " + placeholder, "https://api.anthropic.com/v1/messages"});
+  acceptor.join();
+  close(lfd);
+  ASSERT_TRUE(run.ok()) << run.error().ToString();
+  EXPECT_EQ(run->exit_code, 0) << run->err;
+  EXPECT_EQ(run->out, "{\"ok\":true}");
+  auto seen = (*fake)->requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].sni, "api.anthropic.com");
+  EXPECT_EQ(seen[0].Header("x-api-key"), kReal);
+  EXPECT_FALSE((*e)->compromised());
+  (*e)->Stop();
+}
+
+}  // namespace
+}  // namespace cloister::vm
