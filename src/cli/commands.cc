@@ -6,6 +6,7 @@ namespace cloister::cli {
 
 void AddAllCommands(CLI::App& app, Cli& cli) {
   AddVersionCommand(app, cli);
+  AddSshKeygenCommand(app, cli);
   AddCredCommand(app, cli);
   AddImageCommand(app, cli);
   AddCreateCommand(app, cli);

@@ -8,6 +8,7 @@ namespace cloister::cli {
 class Cli;
 
 void AddVersionCommand(CLI::App& app, Cli& cli);
+void AddSshKeygenCommand(CLI::App& app, Cli& cli);
 void AddCredCommand(CLI::App& app, Cli& cli);
 void AddImageCommand(CLI::App& app, Cli& cli);
 void AddCreateCommand(CLI::App& app, Cli& cli);
