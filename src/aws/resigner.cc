@@ -84,16 +84,29 @@ std::pair<std::string, std::string> Resigner::Keys(const SigV4Auth& auth) const 
   return entry;
 }
 
-Result<Resigner::Verdict> Resigner::Resign(RequestHead& head) const {
-  ASSIGN_OR_RETURN(SigV4Auth auth, ParseSigV4(head));
+Status Resigner::CheckIdentity(RequestHead& head, SigV4Auth& auth) const {
   if (auth.access_key_id != s_.access_key_id) {
     return Denied("signed with an access key id that is not this workspace's");
   }
   if (s_.session_token.empty()) {
     if (!auth.security_token.empty()) return Denied("request carries a session token; the credential has none");
-  } else if (!ConstantTimeEquals(auth.security_token, s_.placeholder_token)) {
+    return OkStatus();
+  }
+  // The proxy's header substitution may already have swapped the token placeholder for the real
+  // token (it runs before filters): put the placeholder back to check what the guest signed.
+  if (auth.form == SigV4Auth::Form::kHeader && ConstantTimeEquals(auth.security_token, s_.session_token)) {
+    head.Set("x-amz-security-token", s_.placeholder_token);
+    auth.security_token = s_.placeholder_token;
+  }
+  if (!ConstantTimeEquals(auth.security_token, s_.placeholder_token)) {
     return Denied("session token is not the workspace's placeholder");
   }
+  return OkStatus();
+}
+
+Result<Resigner::Verdict> Resigner::Resign(RequestHead& head) const {
+  ASSIGN_OR_RETURN(SigV4Auth auth, ParseSigV4(head));
+  RETURN_IF_ERROR(CheckIdentity(head, auth));
   std::string payload;
   if (const std::string* sha = head.Find("x-amz-content-sha256")) {
     payload = Trim(*sha);
@@ -122,9 +135,7 @@ Status Resigner::ResignWithBody(RequestHead& head, std::string_view body) const 
     return Error(ErrorCode::kInvalidArgument, "AWS request body over 8 MiB without x-amz-content-sha256");
   }
   ASSIGN_OR_RETURN(SigV4Auth auth, ParseSigV4(head));
-  if (auth.access_key_id != s_.access_key_id) {
-    return Denied("signed with an access key id that is not this workspace's");
-  }
+  RETURN_IF_ERROR(CheckIdentity(head, auth));
   ASSIGN_OR_RETURN(Verdict v, Finish(head, auth, Sha256Hex(body)));
   (void)v;
   return OkStatus();

@@ -93,6 +93,9 @@ class Resigner {
 
  private:
   Result<Verdict> Finish(RequestHead& head, const SigV4Auth& auth, const std::string& payload) const;
+  // Key id must be ours; the session token must be the placeholder (or the real token that the
+  // proxy's header substitution already put in, which is swapped back for verification).
+  Status CheckIdentity(RequestHead& head, SigV4Auth& auth) const;
   // The placeholder and real signing keys for a scope (date/region/service), derived once: a
   // signing key is 4 HMACs, re-signing a request otherwise needs 2.
   std::pair<std::string, std::string> Keys(const SigV4Auth& auth) const;

@@ -186,7 +186,11 @@ TEST(ResignerTest, SessionTokenPlaceholderIsSwappedAndChecked) {
                                                "/" + auth.Scope() + ", SignedHeaders=" +
                                                auth.SignedHeadersString() + ", Signature=" + sig});
   RequestHead wrong_token = head;
-  wrong_token.Set("x-amz-security-token", real_token);  // guest somehow has the real token
+  wrong_token.Set("x-amz-security-token", "FQoGZXIvYXdzESOMEOTHERtoken");
+  // What the proxy forwards after its header substitution ran first: the real token in the header,
+  // the guest's signature over the placeholder token. Accepted, and re-signed the same way.
+  RequestHead substituted = head;
+  substituted.Set("x-amz-security-token", real_token);
 
   Resigner r(Secrets("PLACEHOLDER-SECRET", "REAL-SECRET", ph_token, real_token));
   auto v = r.Resign(head);
@@ -197,6 +201,9 @@ TEST(ResignerTest, SessionTokenPlaceholderIsSwappedAndChecked) {
   EXPECT_EQ(real_auth->signature, SignatureHex(SigningKey("REAL-SECRET", "20240101", "us-east-1", "sts"),
                                                StringToSign(*real_auth, *real_cr)));
   EXPECT_EQ(r.Resign(wrong_token).error().code(), ErrorCode::kPermissionDenied);
+  ASSERT_TRUE(r.Resign(substituted).ok());
+  EXPECT_EQ(*substituted.Find("x-amz-security-token"), real_token);
+  EXPECT_EQ(*substituted.Find("authorization"), *head.Find("authorization"));
   // A credential without a token refuses a request carrying one.
   Resigner no_token(Secrets("PLACEHOLDER-SECRET", "REAL-SECRET"));
   RequestHead h2 = wrong_token;

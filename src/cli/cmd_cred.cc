@@ -66,6 +66,94 @@ Result<std::string> ReadSecret(Cli& cli, const std::string& from_env) {
   return line;
 }
 
+// What `cred add NAME aws` reads. SECURITY: secret and token; the caller wipes them.
+struct AwsInput {
+  std::string key_id, secret, token, region;
+};
+
+// Standard AWS_* assignments on stdin (`KEY=VALUE` lines, optional `export ` and quotes: what
+// `aws configure export-credentials --format env` prints), or credential_process JSON
+// ({"AccessKeyId","SecretAccessKey","SessionToken"}). Or, with --from-env PREFIX, the variables
+// PREFIX_ACCESS_KEY_ID, PREFIX_SECRET_ACCESS_KEY, PREFIX_SESSION_TOKEN, PREFIX_REGION (or
+// PREFIX_DEFAULT_REGION); `--from-env AWS` reads the standard ones. Never argv.
+Result<AwsInput> ReadAwsInput(Cli& cli, const std::string& prefix) {
+  AwsInput in;
+  if (!prefix.empty()) {
+    auto get = [&](const char* suffix) {
+      const char* v = std::getenv((prefix + "_" + suffix).c_str());
+      return std::string(v ? v : "");
+    };
+    in.key_id = get("ACCESS_KEY_ID");
+    in.secret = get("SECRET_ACCESS_KEY");
+    in.token = get("SESSION_TOKEN");
+    in.region = get("REGION");
+    if (in.region.empty()) in.region = get("DEFAULT_REGION");
+    if (in.key_id.empty() || in.secret.empty()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   prefix + "_ACCESS_KEY_ID and " + prefix + "_SECRET_ACCESS_KEY must be set",
+                   "`--from-env AWS` reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                   "AWS_SESSION_TOKEN and AWS_REGION");
+    }
+    return in;
+  }
+  constexpr size_t kMaxInput = 64 * 1024;
+  std::string text;
+  char buf[4096];
+  while (cli.in().read(buf, sizeof buf) || cli.in().gcount() > 0) {
+    text.append(buf, static_cast<size_t>(cli.in().gcount()));
+    if (text.size() > kMaxInput) {
+      vault::SecureWipe(text);
+      return Error(ErrorCode::kInvalidArgument, "AWS credential input over 64 KiB");
+    }
+  }
+  std::string trimmed = Trim(text);
+  if (!trimmed.empty() && trimmed[0] == '{') {
+    nlohmann::json j = nlohmann::json::parse(trimmed, nullptr, false);
+    vault::SecureWipe(trimmed);
+    vault::SecureWipe(text);
+    if (j.is_discarded() || !j.is_object()) {
+      return Error(ErrorCode::kInvalidArgument, "AWS credential JSON on stdin does not parse");
+    }
+    auto str = [&](const char* k) {
+      return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+    };
+    in.key_id = str("AccessKeyId");
+    in.secret = str("SecretAccessKey");
+    in.token = str("SessionToken");
+    in.region = str("Region");
+  } else {
+    vault::SecureWipe(trimmed);
+    for (std::string line : Split(text, '\n')) {
+      line = Trim(line);
+      if (line.rfind("export ", 0) == 0) line = Trim(line.substr(7));
+      size_t eq = line.find('=');
+      if (line.empty() || line[0] == '#' || eq == std::string::npos) {
+        vault::SecureWipe(line);
+        continue;
+      }
+      std::string key = Trim(line.substr(0, eq));
+      std::string value = Trim(line.substr(eq + 1));
+      if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+          value.back() == value.front()) {
+        value = value.substr(1, value.size() - 2);
+      }
+      if (key == "AWS_ACCESS_KEY_ID") in.key_id = value;
+      else if (key == "AWS_SECRET_ACCESS_KEY") in.secret = value;
+      else if (key == "AWS_SESSION_TOKEN") in.token = value;
+      else if (key == "AWS_REGION" || (key == "AWS_DEFAULT_REGION" && in.region.empty())) in.region = value;
+      vault::SecureWipe(value);
+      vault::SecureWipe(line);
+    }
+    vault::SecureWipe(text);
+  }
+  if (in.key_id.empty() || in.secret.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "no AWS access key id and secret on stdin",
+                 "pipe `AWS_ACCESS_KEY_ID=...` and `AWS_SECRET_ACCESS_KEY=...` lines (optional "
+                 "AWS_SESSION_TOKEN, AWS_REGION), or use --from-env AWS");
+  }
+  return in;
+}
+
 }  // namespace
 
 void AddCredCommand(CLI::App& app, Cli& cli) {
@@ -74,7 +162,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
 
   {
     struct Opts {
-      std::string name, kind, header, from_env;
+      std::string name, kind, header, from_env, region;
       std::vector<std::string> hosts;
       bool body = false;
     };
@@ -84,20 +172,40 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
         "Add or replace a credential. The value is read from stdin (or --from-env VAR), never "
         "from the command line. The guest only ever sees a placeholder.");
     add->add_option("NAME", o->name, "Workspace")->required();
-    add->add_option("KIND", o->kind, "anthropic, openai, github, gitlab or header")->required();
+    add->add_option("KIND", o->kind, "anthropic, openai, github, gitlab, header or aws")->required();
     add->add_option("--host", o->hosts,
                     "Host the credential belongs to (exact or subdomain); repeatable; replaces "
                     "the kind's default hosts");
     add->add_option("--header", o->header, "Header name (kind 'header' only)");
-    add->add_option("--from-env", o->from_env, "Read the value from this environment variable");
+    add->add_option("--from-env", o->from_env,
+                    "Read the value from this environment variable (kind 'aws': a prefix; "
+                    "`--from-env AWS` reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                    "AWS_SESSION_TOKEN and AWS_REGION)");
+    add->add_option("--region", o->region, "Kind 'aws': the default region the guest gets");
     add->add_flag("--body", o->body,
                   "Also substitute the placeholder inside request bodies (e.g. OAuth refresh)");
     add->callback([&cli, o] {
       auto run = [&]() -> Status {
         ASSIGN_OR_RETURN(vault::CredentialKind kind, vault::ParseKind(o->kind));
         ASSIGN_OR_RETURN(vault::VaultLocation loc, Locate(cli, o->name));
-        ASSIGN_OR_RETURN(std::string value, ReadSecret(cli, o->from_env));
-        auto made = vault::MakeCredential(kind, std::move(value), o->hosts, o->header, o->body);
+        Result<vault::Credential> made = Error(ErrorCode::kInternal, "unset");
+        if (kind == vault::CredentialKind::kAws) {
+          if (!o->header.empty() || o->body) {
+            return Error(ErrorCode::kInvalidArgument, "--header and --body do not apply to kind 'aws'");
+          }
+          ASSIGN_OR_RETURN(AwsInput in, ReadAwsInput(cli, o->from_env));
+          if (!o->region.empty()) in.region = o->region;
+          made = vault::MakeAwsCredential(std::move(in.key_id), std::move(in.secret),
+                                          std::move(in.token), std::move(in.region), o->hosts);
+          vault::SecureWipe(in.secret);
+          vault::SecureWipe(in.token);
+        } else {
+          if (!o->region.empty()) {
+            return Error(ErrorCode::kInvalidArgument, "--region is only for kind 'aws'");
+          }
+          ASSIGN_OR_RETURN(std::string value, ReadSecret(cli, o->from_env));
+          made = vault::MakeCredential(kind, std::move(value), o->hosts, o->header, o->body);
+        }
         if (!made.ok()) return made.error();
         ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(loc));
         vault::Credential c = std::move(made).value();
@@ -130,6 +238,11 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
           arr.push_back({{"id", c.id}, {"kind", vault::KindName(c.kind)}, {"hosts", c.hosts},
                          {"header", c.header}, {"body", c.body_substitution},
                          {"placeholder", ph}});
+          if (c.kind == vault::CredentialKind::kAws) {
+            arr.back()["aws_access_key_id"] = c.aws_access_key_id;  // not secret
+            arr.back()["aws_region"] = c.aws_region;
+            arr.back()["aws_session_token"] = !c.aws_session_token.empty();
+          }
         }
         if (*json) {
           cli.PrintJson({{"workspace", *name}, {"credentials", arr},
@@ -143,7 +256,10 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
         for (const auto& c : arr) {
           std::string hosts = Join(c["hosts"].get<std::vector<std::string>>(), ",");
           cli.out() << c["id"].get<std::string>() << "\t" << hosts << "\t"
-                    << (c["body"].get<bool>() ? "headers+body" : "headers") << "\t"
+                    << (c["kind"] == "aws"      ? "re-sign"
+                        : c["body"].get<bool>() ? "headers+body"
+                                                : "headers")
+                    << "\t"
                     << c["placeholder"].get<std::string>() << "\n";
         }
         return OkStatus();
@@ -160,7 +276,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
     auto o = std::make_shared<Opts>();
     auto* rm = cred->add_subcommand("rm", "Remove a credential from a workspace");
     rm->add_option("NAME", o->name, "Workspace")->required();
-    rm->add_option("KIND", o->kind, "anthropic, openai, github, gitlab or header")->required();
+    rm->add_option("KIND", o->kind, "anthropic, openai, github, gitlab, header or aws")->required();
     rm->add_option("--header", o->header, "Header name (kind 'header' only)");
     rm->add_flag("-f,--yes", o->yes, "Do not ask for confirmation");
     rm->callback([&cli, o] {

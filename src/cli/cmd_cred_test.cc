@@ -108,5 +108,76 @@ TEST_F(CredCliTest, LlmBodyPolicySwitch) {
   EXPECT_EQ(Run({"cred", "policy", "dev", "--llm-body", "maybe"}).code, kExitUsage);
 }
 
+
+TEST_F(CredCliTest, AwsFromStdinEnvLinesAndJsonAndFromEnv) {
+  const std::string secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALSECRET";
+  const std::string token = "IQoJb3JpZ2luX2VjEREALsessionTOKENabcdefghij";
+  // What `aws configure export-credentials --format env` prints.
+  Outcome add = Run({"cred", "add", "dev", "aws"},
+                    "export AWS_ACCESS_KEY_ID=ASIACLOISTERTEST0001\n"
+                    "export AWS_SECRET_ACCESS_KEY=" + secret + "\n"
+                    "export AWS_SESSION_TOKEN=\"" + token + "\"\n"
+                    "AWS_REGION=eu-west-1\n");
+  ASSERT_EQ(add.code, 0) << add.err;
+  EXPECT_EQ(add.out.find("REALSECRET"), std::string::npos);
+  EXPECT_EQ(add.out.find("REALsession"), std::string::npos);
+  Outcome ls = Run({"cred", "ls", "dev", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out.find("REAL"), std::string::npos) << ls.out;
+  auto doc = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(doc["credentials"].size(), 1u);
+  EXPECT_EQ(doc["credentials"][0]["kind"], "aws");
+  EXPECT_EQ(doc["credentials"][0]["aws_access_key_id"], "ASIACLOISTERTEST0001");
+  EXPECT_EQ(doc["credentials"][0]["aws_region"], "eu-west-1");
+  EXPECT_EQ(doc["credentials"][0]["aws_session_token"], true);
+  EXPECT_EQ(doc["credentials"][0]["hosts"][0], "amazonaws.com");
+  {
+    auto v = vault::Vault::Open({root_ + "/keys", root_ + "/workspaces/dev/secrets.enc", "dev"});
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->Find("aws")->value, secret);
+    EXPECT_EQ(v->Find("aws")->aws_session_token, token);
+  }
+
+  // credential_process JSON replaces it (same id); --region overrides.
+  Outcome json = Run({"cred", "add", "dev", "aws", "--region", "us-east-2"},
+                     R"({"Version":1,"AccessKeyId":"AKIACLOISTERTEST0002","SecretAccessKey":")" +
+                         secret + R"("})");
+  ASSERT_EQ(json.code, 0) << json.err;
+  {
+    auto v = vault::Vault::Open({root_ + "/keys", root_ + "/workspaces/dev/secrets.enc", "dev"});
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->credentials().size(), 1u);
+    EXPECT_EQ(v->Find("aws")->aws_access_key_id, "AKIACLOISTERTEST0002");
+    EXPECT_EQ(v->Find("aws")->aws_session_token, "");
+    EXPECT_EQ(v->Find("aws")->aws_region, "us-east-2");
+  }
+
+  setenv("CLTEST_ACCESS_KEY_ID", "AKIACLOISTERTEST0003", 1);
+  setenv("CLTEST_SECRET_ACCESS_KEY", secret.c_str(), 1);
+  Outcome env = Run({"cred", "add", "dev", "aws", "--from-env", "CLTEST"});
+  ASSERT_EQ(env.code, 0) << env.err;
+  {
+    auto v = vault::Vault::Open({root_ + "/keys", root_ + "/workspaces/dev/secrets.enc", "dev"});
+    EXPECT_EQ(v->Find("aws")->aws_access_key_id, "AKIACLOISTERTEST0003");
+  }
+  unsetenv("CLTEST_SECRET_ACCESS_KEY");
+  Outcome env_missing = Run({"cred", "add", "dev", "aws", "--from-env", "CLTEST"});
+  EXPECT_EQ(env_missing.code, kExitUsage);
+  EXPECT_NE(env_missing.err.find("CLTEST_SECRET_ACCESS_KEY"), std::string::npos);
+
+  // Missing secret, a secret in argv, and flags of other kinds are refused.
+  Outcome none = Run({"cred", "add", "dev", "aws"}, "AWS_ACCESS_KEY_ID=AKIACLOISTERTEST0001\n");
+  EXPECT_EQ(none.code, kExitUsage);
+  EXPECT_NE(none.err.find("no AWS access key id and secret"), std::string::npos);
+  EXPECT_EQ(Run({"cred", "add", "dev", "aws", secret}).code, kExitUsage);
+  EXPECT_NE(Run({"cred", "add", "dev", "aws", "--body"}, "AWS_ACCESS_KEY_ID=AKIACLOISTERTEST0001\n"
+                "AWS_SECRET_ACCESS_KEY=" + secret + "\n").code, 0);
+  Outcome bad = Run({"cred", "add", "dev", "aws"}, "AWS_ACCESS_KEY_ID=AKIACLOISTERTEST0001\n"
+                    "AWS_SECRET_ACCESS_KEY=" + secret + "\nAWS_SESSION_TOKEN=has spaces SECRETTOK\n");
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_EQ(bad.err.find("SECRETTOK"), std::string::npos);
+  EXPECT_EQ(Run({"cred", "rm", "dev", "aws", "--yes"}).code, 0);
+}
+
 }  // namespace
 }  // namespace cloister::cli

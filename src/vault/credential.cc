@@ -7,8 +7,8 @@
 namespace cloister::vault {
 namespace {
 
-const std::array<KindInfo, 5>& Kinds() {
-  static const std::array<KindInfo, 5> kinds = {{
+const std::array<KindInfo, 6>& Kinds() {
+  static const std::array<KindInfo, 6> kinds = {{
       {CredentialKind::kAnthropic, "anthropic", {"api.anthropic.com"},
        {"x-api-key", "authorization"}, {"ANTHROPIC_API_KEY"}, true},
       {CredentialKind::kOpenai, "openai", {"api.openai.com"}, {"authorization"},
@@ -20,6 +20,9 @@ const std::array<KindInfo, 5>& Kinds() {
       {CredentialKind::kGitlab, "gitlab", {"gitlab.com"}, {"private-token", "authorization"},
        {"GITLAB_TOKEN"}, false},
       {CredentialKind::kHeader, "header", {}, {}, {}, false},
+      // No header substitution and no env var placeholder of its own: the guest env is built in
+      // guest_files.cc (key id, placeholder secret and token) and the proxy's AWS filter re-signs.
+      {CredentialKind::kAws, "aws", {"amazonaws.com"}, {}, {}, false},
   }};
   return kinds;
 }
@@ -34,7 +37,7 @@ const KindInfo& InfoFor(CredentialKind kind) {
   for (const KindInfo& k : Kinds()) {
     if (k.kind == kind) return k;
   }
-  return Kinds().back();
+  return Kinds()[4];  // kHeader
 }
 
 Result<CredentialKind> ParseKind(std::string_view name) {
@@ -43,7 +46,7 @@ Result<CredentialKind> ParseKind(std::string_view name) {
     if (lower == k.name) return k.kind;
   }
   return Error(ErrorCode::kInvalidArgument, "unknown credential kind: " + std::string(name),
-               "kinds: anthropic, openai, github, gitlab, header");
+               "kinds: anthropic, openai, github, gitlab, header, aws");
 }
 
 const char* KindName(CredentialKind kind) { return InfoFor(kind).name; }
@@ -134,6 +137,61 @@ Result<Credential> MakeCredential(CredentialKind kind, std::string value,
   }
   if (cred.hosts.empty()) cred.hosts = InfoFor(kind).default_hosts;
   cred.id = CredentialId(kind, cred.header);
+  return cred;
+}
+
+Result<Credential> MakeAwsCredential(std::string access_key_id, std::string secret,
+                                     std::string session_token, std::string region,
+                                     const std::vector<std::string>& hosts) {
+  auto strip = [](std::string& v) {
+    while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ')) v.pop_back();
+    size_t i = 0;
+    while (i < v.size() && v[i] == ' ') ++i;
+    v.erase(0, i);
+  };
+  strip(access_key_id);
+  strip(secret);
+  strip(session_token);
+  strip(region);
+  auto alnum = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  };
+  if (access_key_id.size() < 16 || access_key_id.size() > 128) {
+    return Error(ErrorCode::kInvalidArgument, "AWS access key id must be 16 to 128 characters",
+                 "it looks like AKIA... or ASIA...");
+  }
+  for (char c : access_key_id) {
+    if (!alnum(c)) {
+      return Error(ErrorCode::kInvalidArgument, "AWS access key id must be letters and digits");
+    }
+  }
+  if (secret.size() < 16 || secret.size() > 128) {
+    return Error(ErrorCode::kInvalidArgument, "AWS secret access key must be 16 to 128 characters");
+  }
+  if (session_token.size() > 8192) {
+    return Error(ErrorCode::kInvalidArgument, "AWS session token longer than 8192 characters");
+  }
+  for (char c : session_token) {
+    if (!(alnum(c) || c == '+' || c == '/' || c == '=' || c == '_' || c == '-')) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "AWS session token must be base64 characters ([A-Za-z0-9+/=_-])");
+    }
+  }
+  if (!session_token.empty() && session_token.size() < 16) {
+    return Error(ErrorCode::kInvalidArgument, "AWS session token shorter than 16 characters");
+  }
+  if (region.size() > 32) return Error(ErrorCode::kInvalidArgument, "AWS region too long");
+  for (char c : region) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+      return Error(ErrorCode::kInvalidArgument, "invalid AWS region: " + region,
+                   "e.g. eu-west-1");
+    }
+  }
+  ASSIGN_OR_RETURN(Credential cred,
+                   MakeCredential(CredentialKind::kAws, std::move(secret), hosts, "", false));
+  cred.aws_access_key_id = std::move(access_key_id);
+  cred.aws_session_token = std::move(session_token);
+  cred.aws_region = std::move(region);
   return cred;
 }
 

@@ -14,7 +14,7 @@
 
 namespace cloister::vault {
 
-enum class CredentialKind { kAnthropic, kOpenai, kGithub, kGitlab, kHeader };
+enum class CredentialKind { kAnthropic, kOpenai, kGithub, kGitlab, kHeader, kAws };
 
 // Static facts about a kind.
 struct KindInfo {
@@ -38,6 +38,11 @@ struct Credential {
   std::vector<std::string> hosts;  // scope: exact-or-subdomain, lower-case, no port
   std::string header;              // kHeader only: lower-case header name
   bool body_substitution = false;  // opt-in: also swap the placeholder inside request bodies
+  // kAws only (`value` is the secret access key; nothing is substituted in headers: the proxy's
+  // AWS filter re-signs, see aws/proxy_filter.h).
+  std::string aws_access_key_id;  // not secret: the guest gets the real one
+  std::string aws_session_token;  // SECURITY: secret; empty for long-term keys
+  std::string aws_region;         // optional, e.g. "eu-west-1"
 };
 
 // The id a credential of this kind (and header) gets.
@@ -60,5 +65,14 @@ bool HostInAnyScope(std::string_view host, const std::vector<std::string>& scope
 Result<Credential> MakeCredential(CredentialKind kind, std::string value,
                                   const std::vector<std::string>& hosts, std::string_view header,
                                   bool body_substitution);
+
+// Builds and validates an AWS credential (kind kAws, id "aws"): access key id 16..128 letters and
+// digits; secret 16..128 printable characters without spaces; session token (optional) at most
+// 8192 characters of [A-Za-z0-9+/=_-]; region (optional) lower-case letters, digits and '-'.
+// `hosts` replaces the default scope ("amazonaws.com") when non-empty.
+// SECURITY: no error message contains the secret or the token.
+Result<Credential> MakeAwsCredential(std::string access_key_id, std::string secret,
+                                     std::string session_token, std::string region,
+                                     const std::vector<std::string>& hosts);
 
 }  // namespace cloister::vault

@@ -17,6 +17,16 @@ GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds
         gh_hosts += host + ":\n    oauth_token: " + b.placeholder +
                     "\n    user: x-access-token\n    git_protocol: https\n";
       }
+    } else if (c.kind == CredentialKind::kAws && c.id != "aws:session-token") {
+      // The real key id (not secret; it must match what the proxy re-signs for) with the
+      // placeholder secret and token: every AWS SDK and the CLI read these.
+      out.env["AWS_ACCESS_KEY_ID"] = c.aws_access_key_id;
+      out.env["AWS_SECRET_ACCESS_KEY"] = b.placeholder;
+      if (!b.aws_token_placeholder.empty()) out.env["AWS_SESSION_TOKEN"] = b.aws_token_placeholder;
+      if (!c.aws_region.empty()) {
+        out.env["AWS_REGION"] = c.aws_region;
+        out.env["AWS_DEFAULT_REGION"] = c.aws_region;
+      }
     } else if (c.kind == CredentialKind::kGitlab) {
       for (const std::string& host : c.hosts) {
         git_credentials += "https://oauth2:" + b.placeholder + "@" + host + "\n";

@@ -25,7 +25,8 @@ struct GuestCredentials {
   std::vector<GuestFile> files;            // .git-credentials, .config/gh/hosts.yml
 };
 
-// SECURITY: reads only `placeholder`, kind, hosts and header of each credential, never the value.
+// SECURITY: reads only the placeholders, kind, hosts and header of each credential (and, for kAws,
+// the access key id and region, which are not secret), never the value or the session token.
 GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds);
 
 }  // namespace cloister::vault

@@ -32,7 +32,10 @@ Vault::~Vault() {
   SecureWipe(master_key_);
   SecureWipe(salt_);
   for (auto& [name, bytes] : blobs_) SecureWipe(bytes);
-  for (Credential& c : credentials_) SecureWipe(c.value);
+  for (Credential& c : credentials_) {
+    SecureWipe(c.value);
+    SecureWipe(c.aws_session_token);
+  }
 }
 
 Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
@@ -81,8 +84,12 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
       }
     }
     std::string header = c.value("header", "");
-    auto cred = MakeCredential(kind, c["value"].get<std::string>(), hosts, header,
-                               c.value("body", false));
+    Result<Credential> cred =
+        kind == CredentialKind::kAws
+            ? MakeAwsCredential(c.value("aws_key_id", ""), c["value"].get<std::string>(),
+                                c.value("aws_token", ""), c.value("aws_region", ""), hosts)
+            : MakeCredential(kind, c["value"].get<std::string>(), hosts, header,
+                             c.value("body", false));
     if (!cred.ok()) return cred.error().WithContext(location.secrets_file);
     v.credentials_.push_back(std::move(cred).value());
   }
@@ -112,6 +119,7 @@ void Vault::Put(Credential cred) {
   for (Credential& c : credentials_) {
     if (c.id == cred.id) {
       SecureWipe(c.value);
+      SecureWipe(c.aws_session_token);
       c = std::move(cred);
       return;
     }
@@ -128,6 +136,7 @@ Status Vault::Remove(std::string_view id) {
                  "see `cloister cred ls " + location_.workspace + "`");
   }
   SecureWipe(it->value);
+  SecureWipe(it->aws_session_token);
   credentials_.erase(it);
   return OkStatus();
 }
@@ -137,6 +146,11 @@ Status Vault::Save() const {
   for (const Credential& c : credentials_) {
     creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
                      {"hosts", c.hosts}, {"header", c.header}, {"body", c.body_substitution}});
+    if (c.kind == CredentialKind::kAws) {
+      creds.back()["aws_key_id"] = c.aws_access_key_id;
+      creds.back()["aws_token"] = c.aws_session_token;
+      creds.back()["aws_region"] = c.aws_region;
+    }
   }
   nlohmann::json blobs = nlohmann::json::object();
   for (const auto& [name, bytes] : blobs_) blobs[name] = Base64Encode(bytes);
@@ -185,7 +199,18 @@ Result<std::vector<BoundCredential>> Vault::Bind() const {
   std::vector<BoundCredential> out;
   for (const Credential& c : credentials_) {
     ASSIGN_OR_RETURN(std::string ph, PlaceholderFor(c));
-    out.push_back({c, std::move(ph)});
+    std::string token_ph;
+    if (c.kind == CredentialKind::kAws && !c.aws_session_token.empty()) {
+      Credential t = c;
+      t.id = "aws:session-token";
+      t.value = c.aws_session_token;
+      auto made = PlaceholderFor(t);
+      SecureWipe(t.value);
+      SecureWipe(t.aws_session_token);
+      if (!made.ok()) return made.error();
+      token_ph = std::move(made).value();
+    }
+    out.push_back({c, std::move(ph), std::move(token_ph)});
   }
   return out;
 }

@@ -4,7 +4,8 @@
 //   "cloister-secrets-v1\n" || nonce(12) || AES-256-GCM(master key, plaintext) || tag(16)
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
-//   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"}],
+//   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"
+//                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)}],
 //    "policy":{"llm_body":"flag"|"block"}, "blobs":{"name":"<base64>"}}
 //
 // Ownership: a Vault is used by one thread at a time; writers (cred add/rm) hold the workspace
@@ -44,6 +45,9 @@ struct VaultLocation {
 struct BoundCredential {
   Credential credential;  // SECURITY: includes the real value
   std::string placeholder;
+  // kAws with a session token: the token's placeholder (MakePlaceholder of a copy of the
+  // credential with id "aws:session-token" and value = the token: same length and alphabet).
+  std::string aws_token_placeholder;
 };
 
 class Vault {

@@ -172,3 +172,91 @@ TEST_F(VaultTest, GuestFilesHoldOnlyPlaceholders) {
 
 }  // namespace
 }  // namespace cloister::vault
+
+namespace cloister::vault {
+namespace {
+
+const char kAwsKeyId[] = "ASIACLOISTERTEST0001";
+const char kAwsSecret[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALSECRET";
+const char kAwsToken[] = "IQoJb3JpZ2luX2VjEREALsessionTOKENabcdefghijklmnop+/0123456789==";
+
+TEST_F(VaultTest, AwsCredentialRoundTripAndGuestEnv) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    auto c = MakeAwsCredential(kAwsKeyId, kAwsSecret, kAwsToken, "eu-west-1", {});
+    ASSERT_TRUE(c.ok()) << c.error().ToString();
+    EXPECT_EQ(c->id, "aws");
+    EXPECT_EQ(c->hosts, std::vector<std::string>{"amazonaws.com"});
+    v->Put(*c);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  std::string raw = Slurp(loc_.secrets_file);
+  EXPECT_EQ(raw.find("REALSECRET"), std::string::npos);
+  EXPECT_EQ(raw.find("REALsession"), std::string::npos);
+
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok()) << v.error().ToString();
+  const Credential* c = v->Find("aws");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->kind, CredentialKind::kAws);
+  EXPECT_EQ(c->value, kAwsSecret);
+  EXPECT_EQ(c->aws_access_key_id, kAwsKeyId);
+  EXPECT_EQ(c->aws_session_token, kAwsToken);
+  EXPECT_EQ(c->aws_region, "eu-west-1");
+
+  auto bound = v->Bind();
+  ASSERT_TRUE(bound.ok());
+  ASSERT_EQ(bound->size(), 1u);
+  const BoundCredential& b = (*bound)[0];
+  // Placeholders keep the shape (length) but share nothing with the secret or the token, and the
+  // token's placeholder is its own (not the secret's).
+  EXPECT_EQ(b.placeholder.size(), std::string(kAwsSecret).size());
+  EXPECT_EQ(b.aws_token_placeholder.size(), std::string(kAwsToken).size());
+  EXPECT_NE(b.placeholder, kAwsSecret);
+  EXPECT_NE(b.aws_token_placeholder, kAwsToken);
+  EXPECT_EQ(b.aws_token_placeholder.find("REAL"), std::string::npos);
+  EXPECT_NE(b.placeholder, b.aws_token_placeholder);
+  // Stable across opens.
+  auto again = Vault::Open(loc_, KeyBackend::kFile)->Bind();
+  EXPECT_EQ((*again)[0].aws_token_placeholder, b.aws_token_placeholder);
+
+  GuestCredentials g = BuildGuestCredentials(*bound);
+  EXPECT_EQ(g.env["AWS_ACCESS_KEY_ID"], kAwsKeyId);
+  EXPECT_EQ(g.env["AWS_SECRET_ACCESS_KEY"], b.placeholder);
+  EXPECT_EQ(g.env["AWS_SESSION_TOKEN"], b.aws_token_placeholder);
+  EXPECT_EQ(g.env["AWS_REGION"], "eu-west-1");
+  EXPECT_EQ(g.env["AWS_DEFAULT_REGION"], "eu-west-1");
+  for (const auto& [k, val] : g.env) {
+    EXPECT_EQ(val.find("REAL"), std::string::npos) << k;
+  }
+  EXPECT_TRUE(g.files.empty());
+}
+
+TEST(AwsCredentialTest, ValidationErrorsNeverEchoSecrets) {
+  auto bad_id = MakeAwsCredential("AKIA-NOT-VALID!!", kAwsSecret, "", "", {});
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_EQ(bad_id.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(MakeAwsCredential("AKIASHORT", kAwsSecret, "", "", {}).ok());
+  auto short_secret = MakeAwsCredential(kAwsKeyId, "short", "", "", {});
+  ASSERT_FALSE(short_secret.ok());
+  auto bad_token = MakeAwsCredential(kAwsKeyId, kAwsSecret, "token with spaces SECRETTOKEN", "", {});
+  ASSERT_FALSE(bad_token.ok());
+  EXPECT_EQ(bad_token.error().ToString().find("SECRETTOKEN"), std::string::npos);
+  auto spaced = MakeAwsCredential(kAwsKeyId, "wJalrXUtnFEMI K7MDENG", "", "", {});
+  ASSERT_FALSE(spaced.ok());
+  EXPECT_EQ(spaced.error().ToString().find("K7MDENG"), std::string::npos);
+  EXPECT_FALSE(MakeAwsCredential(kAwsKeyId, kAwsSecret, "", "EU_WEST_1", {}).ok());
+  // Trailing newlines (stdin) are stripped; a custom scope replaces the default.
+  auto ok = MakeAwsCredential(std::string(kAwsKeyId) + "\n", std::string(kAwsSecret) + "\r\n", "", "",
+                              {"s3.eu-west-1.amazonaws.com"});
+  ASSERT_TRUE(ok.ok()) << ok.error().ToString();
+  EXPECT_EQ(ok->value, kAwsSecret);
+  EXPECT_EQ(ok->aws_access_key_id, kAwsKeyId);
+  EXPECT_EQ(ok->hosts, std::vector<std::string>{"s3.eu-west-1.amazonaws.com"});
+  EXPECT_EQ(*ParseKind("aws"), CredentialKind::kAws);
+  EXPECT_TRUE(InfoFor(CredentialKind::kAws).headers.empty());
+}
+
+}  // namespace
+}  // namespace cloister::vault

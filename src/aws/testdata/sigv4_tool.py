@@ -267,8 +267,14 @@ def make_handler(up):
             headers = list(self.headers.items())
             ok, reason, data = verify(self.command, self.path, headers, body, up.creds)
             streaming = _header(headers, 'x-amz-content-sha256') == STREAMING
+            # Strings that must never arrive (the placeholders): anywhere in the request line,
+            # the headers or the body.
+            raw = (self.requestline + '\n' + ''.join('%s: %s\n' % hv for hv in headers)).encode() + body
+            leaked = [s for s in up.creds.get('forbidden', []) if s.encode() in raw]
             up.log({'method': self.command, 'path': self.path.split('?')[0], 'ok': ok, 'reason': reason,
-                    'streaming': streaming, 'bytes': len(data or b'')})
+                    'streaming': streaming, 'bytes': len(data or b''), 'leaked': len(leaked),
+                    'host': (_header(headers, 'host') or ''), 'query': urlsplit(self.path).query[:200],
+                    'presigned': 'X-Amz-Signature=' in urlsplit(self.path).query})
             if not ok:
                 code = 'SignatureDoesNotMatch' if 'Signature' in reason or 'chunk' in reason else 'InvalidClientTokenId'
                 err = '<Error><Code>%s</Code><Message>%s</Message></Error>' % (code, reason)
@@ -335,7 +341,7 @@ def make_handler(up):
 
 
 def serve(argv):
-    """serve CREDS_JSON LOG PORT_FILE PID_FILE [CERT KEY]: daemonises once listening."""
+    """serve CREDS_JSON LOG PORT_FILE PID_FILE [CERTDIR]: daemonises once listening."""
     import os
     import ssl
     from http.server import ThreadingHTTPServer
@@ -344,8 +350,21 @@ def serve(argv):
     srv = ThreadingHTTPServer(('127.0.0.1', 0), make_handler(up))
     srv.daemon_threads = True
     if len(argv) > 4:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(argv[4], argv[5])
+        # CERTDIR: <host>.pem per host name (chosen by SNI) and one key.pem.
+        import os.path
+        certdir = argv[4]
+        contexts = {}
+        for name in sorted(os.listdir(certdir)):
+            if name.endswith('.pem') and name != 'key.pem':
+                c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                c.load_cert_chain(os.path.join(certdir, name), os.path.join(certdir, 'key.pem'))
+                contexts[name[:-len('.pem')]] = c
+        ctx = next(iter(contexts.values()))
+
+        def pick(sock, server_name, _ctx):
+            if server_name in contexts:
+                sock.context = contexts[server_name]
+        ctx.sni_callback = pick
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     ready_r, ready_w = os.pipe()
     if os.fork() > 0:
@@ -369,8 +388,9 @@ def serve(argv):
 
 
 def put_streaming(argv):
-    """put-streaming ENDPOINT(host:port) BUCKET/KEY SIZE < creds: sends one aws-chunked upload (64 KiB
-    chunks, signed with creds) over plain HTTP; prints the status code."""
+    """put-streaming HOST[:PORT] BUCKET/KEY SIZE [PROXY CAFILE] < creds: sends one aws-chunked upload
+    (64 KiB chunks, signed with creds) over plain HTTP, or over HTTPS through PROXY (CONNECT) trusting
+    CAFILE; prints the status code."""
     import http.client
     creds = _creds(json.load(sys.stdin))
     host, path, size = argv[0], '/' + argv[1], int(argv[2])
@@ -380,13 +400,21 @@ def put_streaming(argv):
     enc_len = sum(len('%x;chunk-signature=' % n) + 64 + 2 + n + 2 for n in sizes) + len('0;chunk-signature=') + 64 + 4
     headers = {'Content-Encoding': 'aws-chunked', 'X-Amz-Content-SHA256': STREAMING,
                'X-Amz-Decoded-Content-Length': str(len(data)), 'Content-Length': str(enc_len)}
+    region = 'eu-west-1' if '.eu-west-1.' in host else 'us-east-1'
     req = AWSRequest(method='PUT', url='http://%s%s' % (host, path), headers=headers)
-    SigV4Auth(creds, 's3', 'us-east-1').add_auth(req)
+    SigV4Auth(creds, 's3', region).add_auth(req)
     seed = req.headers['Authorization'].rsplit('Signature=', 1)[1]
     amz_date = req.headers['X-Amz-Date']
-    key = _signing_key(creds.secret_key, amz_date[:8], 'us-east-1', 's3')
-    body = _chunked(data, chunk, key, amz_date, '%s/us-east-1/s3/aws4_request' % amz_date[:8], seed)
-    conn = http.client.HTTPConnection(host, timeout=60)
+    key = _signing_key(creds.secret_key, amz_date[:8], region, 's3')
+    body = _chunked(data, chunk, key, amz_date, '%s/%s/s3/aws4_request' % (amz_date[:8], region), seed)
+    if len(argv) > 4:  # through an HTTPS proxy: CONNECT host:443, TLS trusting the proxy's CA
+        import ssl
+        phost, _, pport = argv[3].partition(':')
+        conn = http.client.HTTPSConnection(phost, int(pport), timeout=60,
+                                           context=ssl.create_default_context(cafile=argv[4]))
+        conn.set_tunnel(host, 443)
+    else:
+        conn = http.client.HTTPConnection(host, timeout=60)
     conn.putrequest('PUT', path, skip_host=True, skip_accept_encoding=True)
     conn.putheader('Host', host)
     for k, v in req.headers.items():

@@ -1,0 +1,103 @@
+#include "aws/proxy_filter.h"
+
+#include "base/strings.h"
+#include "vault/credential.h"
+
+namespace cloister::aws {
+namespace {
+
+RequestHead ToAws(const proxy::RequestHead& h) {
+  RequestHead out;
+  out.method = h.method;
+  out.target = h.target;
+  for (const auto& [name, value] : h.headers) out.headers.push_back({name, value});
+  return out;
+}
+
+void FromAws(const RequestHead& a, proxy::RequestHead& h) {
+  h.target = a.target;
+  h.headers.clear();
+  for (const Header& x : a.headers) h.headers.emplace_back(x.name, x.value);
+}
+
+class ChunkTransform : public proxy::BodyTransform {
+ public:
+  explicit ChunkTransform(std::unique_ptr<ChunkResigner> c) : c_(std::move(c)) {}
+  Result<std::string> Data(std::string_view in) override { return c_->Data(in); }
+  Result<std::string> End() override {
+    RETURN_IF_ERROR(c_->End());
+    return std::string();
+  }
+
+ private:
+  std::unique_ptr<ChunkResigner> c_;
+};
+
+}  // namespace
+
+AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope)
+    : resigner_(std::move(secrets)), scope_(std::move(scope)) {}
+
+Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& head) {
+  proxy::FilterVerdict verdict;
+  if (!vault::HostInAnyScope(head.host, scope_)) return verdict;
+  RequestHead a = ToAws(head);
+  // Unsigned requests (public objects) pass. Anything with an Authorization header, or a SigV4
+  // query signature, must verify against the placeholder: SigV2/SigV4A and foreign keys are
+  // refused by Resign().
+  if (!LooksSigV4Signed(a) && a.Find("authorization") == nullptr) return verdict;
+  verdict.handled = true;
+  // SECURITY: a request that does not verify with the placeholder is refused here (403).
+  ASSIGN_OR_RETURN(Resigner::Verdict v, resigner_.Resign(a));
+  FromAws(a, head);
+  if (v.need_full_body) {
+    verdict.need_full_body = true;
+    verdict.max_body = kMaxFullBody;
+  }
+  if (v.chunks) verdict.body = std::make_unique<ChunkTransform>(std::move(v.chunks));
+  return verdict;
+}
+
+Status AwsProxyFilter::OnFullBody(proxy::RequestHead& head, std::string_view body) {
+  RequestHead a = ToAws(head);
+  RETURN_IF_ERROR(resigner_.ResignWithBody(a, body));
+  FromAws(a, head);
+  return OkStatus();
+}
+
+AwsSecrets SecretsFor(const vault::BoundCredential& b) {
+  const vault::Credential& c = b.credential;
+  return AwsSecrets{c.aws_access_key_id, c.value, c.aws_session_token, b.placeholder,
+                    c.aws_session_token.empty() ? std::string() : b.aws_token_placeholder};
+}
+
+Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
+  std::vector<vault::BoundCredential> tokens;
+  int n = 0;
+  for (const vault::BoundCredential& b : cfg.credentials) {
+    const vault::Credential& c = b.credential;
+    if (c.kind != vault::CredentialKind::kAws || c.id == kSessionTokenId) continue;
+    if (c.aws_access_key_id.empty()) {
+      return Error(ErrorCode::kInvalidArgument, "AWS credential " + c.id + " has no access key id");
+    }
+    if (!c.aws_session_token.empty()) {
+      if (b.aws_token_placeholder.empty() || b.aws_token_placeholder == c.aws_session_token) {
+        return Error(ErrorCode::kInvalidArgument,
+                     "AWS credential " + c.id + " has a session token but no placeholder for it");
+      }
+      vault::BoundCredential t;
+      t.credential.kind = vault::CredentialKind::kAws;
+      t.credential.id = kSessionTokenId;
+      t.credential.value = c.aws_session_token;  // SECURITY: real token, memory only
+      t.credential.hosts = c.hosts;
+      t.placeholder = b.aws_token_placeholder;
+      tokens.push_back(std::move(t));
+    }
+    cfg.filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts));
+    ++n;
+  }
+  for (auto& t : tokens) cfg.credentials.push_back(std::move(t));
+  return n;
+}
+
+}  // namespace cloister::aws

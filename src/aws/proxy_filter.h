@@ -1,0 +1,53 @@
+// The AWS re-signer as a filter of the egress proxy (proxy/filter.h), and the per-boot wiring of a
+// workspace's AWS credentials into the proxy's configuration.
+//
+// One filter per AWS credential of the workspace. For a TLS-intercepted request whose host is in
+// the credential's scope (exact or subdomain, default "amazonaws.com") and that carries a SigV4
+// signature made with that credential's access key id, it calls Resigner (resigner.h): the request
+// goes upstream re-signed with the real secret, or is refused with 403 when the guest did not sign
+// it with the placeholder secret (and placeholder session token). Requests to other hosts, and
+// unsigned requests (public S3 objects), pass untouched.
+//
+// Thread safe: one instance serves every proxy thread (Resigner is immutable).
+// SECURITY: holds the real secret and session token (inside Resigner); nothing here logs them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aws/resigner.h"
+#include "proxy/filter.h"
+#include "proxy/proxy.h"
+#include "vault/vault.h"
+
+namespace cloister::aws {
+
+// The credential id under which the session token's placeholder is registered with the proxy
+// (so that it trips the compromise detector anywhere outside the AWS scope).
+inline constexpr char kSessionTokenId[] = "aws:session-token";
+
+class AwsProxyFilter : public proxy::RequestFilter {
+ public:
+  // `scope`: lower-case host names; a request host matches one exactly or as a subdomain.
+  AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope);
+  Result<proxy::FilterVerdict> OnRequestHead(proxy::RequestHead& head) override;
+  Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
+
+ private:
+  Resigner resigner_;
+  std::vector<std::string> scope_;
+};
+
+// The secrets of a bound kAws credential (vault::Vault::Bind()).
+// SECURITY: the result holds the real secret and token.
+AwsSecrets SecretsFor(const vault::BoundCredential& b);
+
+// Per boot, in the supervisor, after `cfg.credentials = vault.Bind()`: for every kAws credential
+// in cfg.credentials, appends an AwsProxyFilter to cfg.filters and, when the credential has a
+// session token, a credential entry for the token's placeholder (id kSessionTokenId, kind kAws,
+// same scope; kAws substitutes no header, so the filter sees what the guest signed). Returns how
+// many AWS credentials were wired. Idempotent per config: call it once.
+Result<int> AddAwsFilters(proxy::ProxyConfig& cfg);
+
+}  // namespace cloister::aws
