@@ -562,6 +562,53 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   rec.host = authority.host;
   rec.port = authority.port;
   static const std::string kOk = "HTTP/1.1 200 Connection established\r\n\r\n";
+  if (std::find(config_.tunnel_ports.begin(), config_.tunnel_ports.end(), authority.port) !=
+      config_.tunnel_ports.end()) {
+    // An opaque tunnel (SSH): only toward allowed hosts; connect first so a refusal is an HTTP
+    // status the client can report.
+    if (!vault::HostInAnyScope(authority.host, config_.tunnel_hosts)) {
+      co_await WriteError(sock, 403, "tunnel to " + authority.HostPort() + " is not allowed", rec);
+      co_return;
+    }
+    auto upstream = co_await ConnectTcp(authority);
+    if (!upstream.ok()) {
+      co_await WriteError(sock, 502, upstream.error().message(), rec);
+      co_return;
+    }
+    auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
+    if (wec) co_return;
+    auto start = std::chrono::steady_clock::now();
+    uint64_t up_bytes = 0, down_bytes = 0;
+    if (cbuf.size() > 0) {
+      auto [ec, n] = co_await asio::async_write(*upstream, cbuf.data(), kTok);
+      if (ec) co_return;
+      up_bytes += n;
+      cbuf.consume(cbuf.size());
+    }
+    using namespace asio::experimental::awaitable_operators;
+    auto pump = [](auto& from, auto& to, uint64_t& count) -> awaitable<void> {
+      std::vector<char> buf(kIoBuffer);
+      for (;;) {
+        auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
+        if (ec) break;
+        auto [wec2, wn2] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
+        if (wec2) break;
+        count += n;
+      }
+      // Half-close so the other direction can finish (ssh waits for the server's last bytes).
+      error_code sec;
+      to.shutdown(asio::socket_base::shutdown_send, sec);
+    };
+    co_await (pump(sock, *upstream, up_bytes) && pump(*upstream, sock, down_bytes));
+    rec.status = 200;
+    rec.path = "(tunnel)";
+    rec.bytes_up = up_bytes;
+    rec.bytes_down = down_bytes;
+    rec.latency_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    Record(rec);
+    co_return;
+  }
   auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
   if (wec) co_return;
   // SECURITY: only TLS goes through a tunnel; opaque bytes would bypass the detector.

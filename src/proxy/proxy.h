@@ -72,6 +72,12 @@ struct ProxyConfig {
   size_t body_hold_bytes = 1 << 20;
   // Request filters (aws re-signing), in order. See filter.h.
   std::vector<std::shared_ptr<RequestFilter>> filters;
+  // Opaque CONNECT tunnels: a CONNECT to a port listed here toward a host in `tunnel_hosts`
+  // (exact or subdomain, as credential scopes) is spliced byte for byte to the upstream, neither
+  // intercepted nor scanned (SSH on port 22 for git and ssh; see docs/threat-model.md). Any other
+  // CONNECT must carry TLS. Empty (the default): no opaque tunnels.
+  std::vector<uint16_t> tunnel_ports;
+  std::vector<std::string> tunnel_hosts;
 };
 
 class Proxy {

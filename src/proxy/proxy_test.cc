@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -246,6 +249,95 @@ TEST_F(ProxyTest, ServeTakesAConnectedFd) {
   close(sv[1]);
   EXPECT_EQ(got.substr(0, 15), "HTTP/1.1 200 OK");
   EXPECT_NE(got.find("hello"), std::string::npos);
+}
+
+// Sends `data` to the proxy, half-closes, and returns everything the proxy sends back until EOF.
+std::string RawRoundTrip(uint16_t port, const std::string& data) {
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+  EXPECT_FALSE(ec);
+  asio::write(s, asio::buffer(data), ec);
+  s.shutdown(asio::socket_base::shutdown_send, ec);
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    if (ec) break;
+    got.append(buf, n);
+  }
+  return got;
+}
+
+// A loopback TCP server answering "echo:" + what it read, once its client half-closed.
+class EchoServer {
+ public:
+  EchoServer() {
+    acceptor_.open(asio::ip::tcp::v4());
+    acceptor_.bind({asio::ip::make_address("127.0.0.1"), 0});
+    acceptor_.listen();
+    thread_ = std::thread([this] {
+      for (;;) {
+        boost::system::error_code ec;
+        asio::ip::tcp::socket c(io_);
+        acceptor_.accept(c, ec);
+        if (ec) return;
+        connections_++;
+        std::string in;
+        char buf[4096];
+        for (;;) {
+          size_t n = c.read_some(asio::buffer(buf), ec);
+          if (ec) break;
+          in.append(buf, n);
+        }
+        asio::write(c, asio::buffer("echo:" + in), ec);
+      }
+    });
+  }
+  ~EchoServer() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // wakes the blocking accept
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    thread_.join();
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  int connections() const { return connections_; }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_{io_};
+  std::thread thread_;
+  std::atomic<int> connections_{0};
+};
+
+TEST_F(ProxyTest, OpaqueTunnelsOnlyToAllowedHostsAndPorts) {
+  EchoServer echo;
+  env_.tunnel_ports = {22};
+  env_.tunnel_hosts = {"example.test"};
+  env_.StartProxy({{"git.example.test:22", echo.Address()},
+                   {"example.org:22", echo.Address()},
+                   {"git.example.test:2222", echo.Address()}});
+  // Allowed: spliced byte for byte, both directions, no interception.
+  std::string ok = RawRoundTrip(env_.proxy_port, "CONNECT git.example.test:22 HTTP/1.1\r\n"
+                                                 "Host: git.example.test:22\r\n\r\nSSH-2.0-test\r\n\x01\x02");
+  EXPECT_EQ(ok.substr(0, 12), "HTTP/1.1 200") << ok;
+  EXPECT_NE(ok.find("\r\n\r\necho:SSH-2.0-test\r\n\x01\x02"), std::string::npos) << ok;
+  EXPECT_EQ(echo.connections(), 1);
+  // Host outside the tunnel scope (a suffix without a dot boundary is not in scope either).
+  std::string host = RawRoundTrip(env_.proxy_port, "CONNECT example.org:22 HTTP/1.1\r\n"
+                                                   "Host: example.org:22\r\n\r\nSSH-2.0-test\r\n");
+  EXPECT_EQ(host.substr(0, 12), "HTTP/1.1 403") << host;
+  EXPECT_EQ(host.find("echo:"), std::string::npos);
+  // Allowed host, port that is not a tunnel port: the tunnel must be TLS; opaque bytes are cut.
+  std::string port = RawRoundTrip(env_.proxy_port, "CONNECT git.example.test:2222 HTTP/1.1\r\n"
+                                                   "Host: git.example.test:2222\r\n\r\nSSH-2.0-test\r\n");
+  EXPECT_EQ(port.find("echo:"), std::string::npos) << port;
+  EXPECT_EQ(echo.connections(), 1);
+  auto recs = env_.TraceAtLeast(3);
+  int tunnels = 0;
+  for (const auto& r : recs) tunnels += r.method == "CONNECT" && r.status == 200 && r.port == 22;
+  EXPECT_EQ(tunnels, 1);
 }
 
 TEST(SubstituteTest, HeaderForms) {

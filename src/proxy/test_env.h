@@ -71,6 +71,8 @@ class ProxyEnv {
     };
     cfg.body_hold_bytes = body_hold;
     cfg.filters = filters;
+    cfg.tunnel_ports = tunnel_ports;
+    cfg.tunnel_hosts = tunnel_hosts;
     auto p = Proxy::Start(std::move(cfg));
     ASSERT_TRUE(p.ok()) << p.error().ToString();
     proxy = std::move(p).value();
@@ -101,6 +103,8 @@ class ProxyEnv {
   std::string ca_file, upstream_ca_file, trace_path;
   std::vector<vault::BoundCredential> creds;  // 0 anthropic, 1 github, 2 openai
   std::vector<std::shared_ptr<RequestFilter>> filters;  // set before StartProxy
+  std::vector<uint16_t> tunnel_ports;                   // set before StartProxy
+  std::vector<std::string> tunnel_hosts;
   std::unique_ptr<Proxy> proxy;
   uint16_t proxy_port = 0;
   std::mutex mu;

@@ -18,7 +18,11 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "proxy/ca.h"
+#include "proxy/proxy.h"
+#include "proxy/trace.h"
 #include "sshagent/agent.h"
+#include "sshagent/guest_ssh.h"
 #include "sshagent/unix_server.h"
 
 namespace cloister::sshagent {
@@ -36,6 +40,23 @@ std::string ReadFile(const fs::path& p) {
 void WriteFile(const fs::path& p, const std::string& s, fs::perms perms = fs::perms::owner_read | fs::perms::owner_write) {
   std::ofstream(p, std::ios::binary) << s;
   fs::permissions(p, perms);
+}
+
+// Reserves a free loopback port (bind 0, read it, release).
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 class OpenSshAgentTest : public ::testing::Test {
@@ -86,6 +107,47 @@ class OpenSshAgentTest : public ::testing::Test {
       if (!Trim(l).empty()) lines.push_back(Trim(l));
     }
     return lines;
+  }
+
+  static bool SshdRunnable() { return ProgramExists("/usr/sbin/sshd") && geteuid() == 0; }
+  static std::string User() { return getpwuid(geteuid())->pw_name; }
+
+  // Starts sshd on 127.0.0.1 (own host key hostkey/hostkey.pub, only the workspace key
+  // authorised); returns its port, or -1. Callers skip first unless SshdRunnable().
+  int StartSshd() {
+    fs::create_directories("/run/sshd");  // sshd's privilege separation directory (Debian)
+    RunOutput hk = Run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()});
+    EXPECT_EQ(hk.exit_code, 0) << hk.err;
+    WriteFile(dir_ / "authorized_keys", pub_line_ + "\n");
+    int port = -1;
+    for (int attempt = 0; attempt < 3 && sshd_pid_ < 0; ++attempt) {
+      port = FreeLoopbackPort();
+      if (port <= 0) return -1;
+      std::ostringstream cfg;
+      cfg << "ListenAddress 127.0.0.1:" << port << "\n"
+          << "HostKey " << (dir_ / "hostkey").string() << "\n"
+          << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
+          << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
+          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
+          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+          << "PubkeyAuthentication yes\nLogLevel VERBOSE\n";
+      WriteFile(dir_ / "sshd_config", cfg.str());
+      // sshd binds before it daemonises, so when this returns it is listening (or failed).
+      RunOutput d = Run({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E",
+                         (dir_ / "sshd.log").string()});
+      if (d.exit_code != 0) continue;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < deadline) {
+        std::string pid = Trim(ReadFile(dir_ / "sshd.pid"));
+        if (!pid.empty()) {
+          sshd_pid_ = std::stoi(pid);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
+      }
+    }
+    EXPECT_GT(sshd_pid_, 0) << ReadFile(dir_ / "sshd.log");
+    return sshd_pid_ > 0 ? port : -1;
   }
 
   fs::path dir_;
@@ -148,73 +210,92 @@ TEST_F(OpenSshAgentTest, AddRemoveLockAreAllRefused) {
   EXPECT_EQ(server_->protocol_errors(), 0);
 }
 
-// Reserves a free loopback port (bind 0, read it, release).
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST_F(OpenSshAgentTest, SshLogsInToLoopbackSshdWithOnlyTheAgentKey) {
-  if (!ProgramExists("/usr/sbin/sshd")) GTEST_SKIP() << "openssh-server not installed";
-  if (geteuid() != 0) GTEST_SKIP() << "sshd test runs as root (privilege separation)";
-  fs::create_directories("/run/sshd");  // sshd's privilege separation directory (Debian)
-  const char* user = getpwuid(geteuid())->pw_name;
-  RunOutput hk = Run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()});
-  ASSERT_EQ(hk.exit_code, 0) << hk.err;
-  WriteFile(dir_ / "authorized_keys", pub_line_ + "\n");
-  int port = -1;
-  for (int attempt = 0; attempt < 3 && sshd_pid_ < 0; ++attempt) {
-    port = FreeLoopbackPort();
-    ASSERT_GT(port, 0);
-    std::ostringstream cfg;
-    cfg << "ListenAddress 127.0.0.1:" << port << "\n"
-        << "HostKey " << (dir_ / "hostkey").string() << "\n"
-        << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
-        << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
-        << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-        << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        << "PubkeyAuthentication yes\nLogLevel VERBOSE\n";
-    WriteFile(dir_ / "sshd_config", cfg.str());
-    // sshd binds before it daemonises, so when this returns it is listening (or failed).
-    RunOutput d = Run({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E",
-                       (dir_ / "sshd.log").string()});
-    if (d.exit_code != 0) continue;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::string pid = Trim(ReadFile(dir_ / "sshd.pid"));
-      if (!pid.empty()) {
-        sshd_pid_ = std::stoi(pid);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
-    }
-  }
-  ASSERT_GT(sshd_pid_, 0) << ReadFile(dir_ / "sshd.log");
-  RunOutput hostpub = Run({"cat", (dir_ / "hostkey.pub").string()});
-  WriteFile(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port) + " " + hostpub.out);
+  if (!SshdRunnable()) GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
+  int port = StartSshd();
+  ASSERT_GT(port, 0);
+  WriteFile(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port) + " " + ReadFile(dir_ / "hostkey.pub"));
   RunOutput s = Run({"ssh", "-F", "/dev/null", "-p", std::to_string(port), "-o", "BatchMode=yes",
                      "-o", "UserKnownHostsFile=" + (dir_ / "known_hosts").string(), "-o",
                      "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o",
                      "PasswordAuthentication=no", "-o", "IdentityFile=/dev/null", "-o",
-                     "IdentityAgent=" + sock_, std::string(user) + "@127.0.0.1",
+                     "IdentityAgent=" + sock_, User() + "@127.0.0.1",
                      "echo", "cloister-login-ok"});
   EXPECT_EQ(s.exit_code, 0) << s.err << "\n" << ReadFile(dir_ / "sshd.log");
   EXPECT_EQ(Trim(s.out), "cloister-login-ok");
   EXPECT_GE(agent_->signatures(), 1u);
   std::string log = ReadFile(dir_ / "sshd.log");
-  EXPECT_NE(log.find("Accepted publickey for " + std::string(user)), std::string::npos) << log;
+  EXPECT_NE(log.find("Accepted publickey for " + User()), std::string::npos) << log;
   EXPECT_NE(log.find(agent_->key().Fingerprint()), std::string::npos) << log;
+}
+
+// The guest's way out for ssh: the ssh_config drop-in and connect script the guest gets
+// (guest_ssh.h), an opaque CONNECT tunnel of the real egress proxy, the workspace agent.
+TEST_F(OpenSshAgentTest, SshThroughTheProxyTunnelReachesOnlyAllowedHosts) {
+  if (!SshdRunnable()) GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
+  int port = StartSshd();
+  ASSERT_GT(port, 0);
+  auto ca = proxy::CertAuthority::CreateInMemory("test proxy CA");
+  ASSERT_TRUE(ca.ok());
+  proxy::ProxyConfig cfg;
+  cfg.workspace = "test-ws";
+  cfg.ca = *ca;
+  std::string sshd_addr = "127.0.0.1:" + std::to_string(port);
+  cfg.resolve = {{"git.example.test:22", sshd_addr}, {"other.example.org:22", sshd_addr},
+                 {"git.example.test:2222", sshd_addr}};
+  cfg.resolve_only = true;
+  cfg.tunnel_ports = {22};
+  cfg.tunnel_hosts = {"example.test"};
+  cfg.trace = *proxy::TraceSink::Open((dir_ / "trace.jsonl").string());
+  auto px = proxy::Proxy::Start(std::move(cfg));
+  ASSERT_TRUE(px.ok()) << px.error().ToString();
+  auto proxy_port = (*px)->ListenLoopback();
+  ASSERT_TRUE(proxy_port.ok());
+
+  WriteFile(dir_ / "ssh-connect", GuestConnectScript(*proxy_port), fs::perms::owner_all);
+  WriteFile(dir_ / "ssh_config", GuestSshConfig((dir_ / "ssh-connect").string(), sock_));
+  std::string hostpub = ReadFile(dir_ / "hostkey.pub");
+  WriteFile(dir_ / "known_hosts", "git.example.test " + hostpub + "other.example.org " + hostpub +
+                                      "[git.example.test]:2222 " + hostpub);
+  auto ssh = [&](const std::string& host, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {"ssh", "-F", (dir_ / "ssh_config").string(), "-o", "BatchMode=yes",
+                                     "-o", "UserKnownHostsFile=" + (dir_ / "known_hosts").string(),
+                                     "-o", "GlobalKnownHostsFile=/dev/null", "-o",
+                                     "StrictHostKeyChecking=yes", "-o", "IdentityFile=/dev/null"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(User() + "@" + host);
+    argv.push_back("echo");
+    argv.push_back("cloister-tunnel-ok");
+    return Run(argv);
+  };
+  RunOutput ok = ssh("git.example.test");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err << "\n" << ReadFile(dir_ / "sshd.log");
+  EXPECT_EQ(Trim(ok.out), "cloister-tunnel-ok");
+  EXPECT_GE(agent_->signatures(), 1u);
+  EXPECT_NE(ReadFile(dir_ / "sshd.log").find(agent_->key().Fingerprint()), std::string::npos);
+
+  // A host outside the tunnel scope: the proxy answers 403 before connecting anywhere.
+  size_t sigs = agent_->signatures();
+  RunOutput other = ssh("other.example.org");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("proxy refused other.example.org:22"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("403"), std::string::npos) << other.err;
+  // An allowed host on a port that is not a tunnel port: the tunnel must carry TLS, SSH is cut.
+  RunOutput port2222 = ssh("git.example.test", {"-p", "2222"});
+  EXPECT_NE(port2222.exit_code, 0);
+  EXPECT_EQ(agent_->signatures(), sigs);
+  (*px)->Stop();
+  auto trace = proxy::ReadTrace((dir_ / "trace.jsonl").string());
+  ASSERT_TRUE(trace.ok());
+  int tunnels = 0;
+  for (const auto& r : *trace) {
+    if (r.method == "CONNECT" && r.host == "git.example.test" && r.status == 200 && r.port == 22) {
+      ++tunnels;
+      EXPECT_GT(r.bytes_up, 0u);
+      EXPECT_GT(r.bytes_down, 0u);
+    }
+  }
+  EXPECT_EQ(tunnels, 1);
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include <cstdlib>
 #include <utility>
 
+#include "aws/proxy_filter.h"
 #include "base/strings.h"
 #include "proxy/ca.h"
 #include "proxy/trace.h"
+#include "sshagent/guest_ssh.h"
 #include "vault/guest_files.h"
 #include "vault/vault.h"
 
@@ -73,6 +75,10 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   }
   // Built from placeholders only: BuildGuestCredentials never reads a value.
   vault::GuestCredentials creds = vault::BuildGuestCredentials(cfg.credentials);
+  // AWS credentials: a re-signing filter each, and the session token's placeholder registered
+  // with the detector (after BuildGuestCredentials: it adds a proxy-only credential entry).
+  ASSIGN_OR_RETURN(int aws, aws::AddAwsFilters(cfg));
+  (void)aws;
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
   ASSIGN_OR_RETURN(cfg.trace, proxy::TraceSink::Open(options.trace_log));
   cfg.on_compromise = std::move(options.on_compromise);
@@ -91,6 +97,16 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
                              std::string("Acquire::http::Proxy \"") + kGuestProxyUrl +
                                  "\";\nAcquire::https::Proxy \"" + kGuestProxyUrl + "\";\n",
                              0644, "root"});
+  // ssh: the ProxyCommand drop-in and its CONNECT helper (sshagent/guest_ssh.h); the proxy lets
+  // opaque tunnels through only on the SSH ports toward the SSH hosts.
+  cfg.tunnel_ports = options.ssh_ports;
+  cfg.tunnel_hosts = options.ssh_hosts;
+  e->guest_.files.push_back({sshagent::kGuestSshConfigPath,
+                             sshagent::GuestSshConfig(sshagent::kGuestConnectPath, kGuestAgentSocket),
+                             0644, "root"});
+  e->guest_.files.push_back({sshagent::kGuestConnectPath, sshagent::GuestConnectScript(kGuestProxyPort),
+                             0755, "root"});
+  e->guest_.env["SSH_AUTH_SOCK"] = kGuestAgentSocket;
   e->guest_.ca_pem = cfg.ca->cert_pem();
   ASSIGN_OR_RETURN(e->proxy_, proxy::Proxy::Start(std::move(cfg)));
   return e;

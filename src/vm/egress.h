@@ -8,6 +8,7 @@
 // real value.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +28,9 @@ inline constexpr char kProxyService[] = "proxy";
 // Where the guest's CA bundle is (the agent appends the proxy CA to it; guest/agent.h).
 inline constexpr char kGuestCaBundle[] = "/etc/ssl/certs/ca-certificates.crt";
 inline constexpr char kGuestCaFile[] = "/usr/local/share/ca-certificates/cloister.crt";
+inline constexpr uint16_t kGuestProxyPort = 3128;  // the port of kGuestProxyUrl
+// The guest end of the "ssh-agent" service (guest/config.cc default forwards).
+inline constexpr char kGuestAgentSocket[] = "/run/cloister/ssh-agent.sock";
 
 // A file the agent writes in the guest at each boot.
 struct GuestFileSpec {
@@ -56,7 +60,10 @@ struct EgressOptions {
   // use; EgressOverridesFromEnv() fills them from the environment for tests and debugging.
   std::map<std::string, std::string> resolve;
   bool resolve_only = false;
-  std::string upstream_ca_file;
+  std::string upstream_ca_file;  // ssh (and git over SSH) leaves through opaque CONNECT tunnels on these ports toward these hosts
+  // (exact or subdomain); anything else must be TLS. See sshagent/guest_ssh.h.
+  std::vector<uint16_t> ssh_ports = {22};
+  std::vector<std::string> ssh_hosts = {"github.com", "gitlab.com", "bitbucket.org"};
 };
 
 // Reads CLOISTER_PROXY_RESOLVE ("host:port=ip:port,..."; its presence also sets resolve_only, so a
