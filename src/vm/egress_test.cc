@@ -155,5 +155,68 @@ TEST_F(EgressTest, GuestGetsOnlyThePlaceholderAndTheUpstreamGetsTheRealKey) {
   (*e)->Stop();
 }
 
+// AWS and ssh wiring: the guest gets the real key id with placeholders for the secret and token,
+// the ssh drop-in and CONNECT helper; the proxy has AddAwsFilters' token entry (its placeholder
+// toward a host outside the AWS scope trips the detector).
+TEST_F(EgressTest, AwsPlaceholdersAndSshFilesReachTheGuestAndTheTokenPlaceholderIsWatched) {
+  const std::string secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALSECRET";
+  const std::string token = "IQoJb3JpZ2luX2VjEREALsessionTOKEN0123456789abcdef";
+  {
+    auto v = vault::Vault::Open({opts_.keys_dir, opts_.secrets_file, "ws"}, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    auto c = vault::MakeAwsCredential("ASIACLOISTEREGRESS01", secret, token, "eu-west-1", {});
+    ASSERT_TRUE(c.ok());
+    v->Put(*c);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  auto fake = proxy::testing::FakeUpstream::Start(
+      nullptr, [](const proxy::testing::SeenRequest&, proxy::testing::ResponseWriter& w) {
+        w.Send(200, {{"content-type", "text/plain"}}, "ok");
+      });
+  ASSERT_TRUE(fake.ok());
+  opts_.resolve = {{"elsewhere.example.test:80", (*fake)->Address()}};
+  opts_.resolve_only = true;
+  auto e = Egress::Start(opts_);
+  ASSERT_TRUE(e.ok()) << e.error().ToString();
+  const GuestSetup& g = (*e)->guest();
+  EXPECT_EQ(g.env.at("AWS_ACCESS_KEY_ID"), "ASIACLOISTEREGRESS01");
+  EXPECT_EQ(g.env.at("AWS_REGION"), "eu-west-1");
+  const std::string token_ph = g.env.at("AWS_SESSION_TOKEN");
+  EXPECT_EQ(token_ph.size(), token.size());
+  EXPECT_NE(token_ph, token);
+  EXPECT_EQ(g.env.at("SSH_AUTH_SOCK"), kGuestAgentSocket);
+  std::string all = Everything(g);
+  EXPECT_EQ(all.find(secret), std::string::npos);
+  EXPECT_EQ(all.find(token), std::string::npos);
+  EXPECT_EQ(all.find("REAL"), std::string::npos);
+  bool config = false, helper = false;
+  for (const auto& f : g.files) {
+    if (f.path == "/etc/ssh/ssh_config.d/cloister.conf") {
+      config = f.content.find("ProxyCommand /usr/local/lib/cloister/ssh-connect %h %p") != std::string::npos;
+    }
+    if (f.path == "/usr/local/lib/cloister/ssh-connect") {
+      helper = f.mode == 0755 && f.content.find("3128") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(config);
+  EXPECT_TRUE(helper);
+
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  (*e)->Serve(sv[0]);
+  std::string req = "GET http://elsewhere.example.test/x HTTP/1.1\r\nHost: elsewhere.example.test\r\n"
+                    "X-Amz-Security-Token: " + token_ph + "\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(write(sv[1], req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(sv[1], buf, sizeof buf)) > 0) got.append(buf, n);
+  close(sv[1]);
+  EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 451") << got;
+  EXPECT_TRUE((*e)->compromised());
+  EXPECT_TRUE((*fake)->requests().empty());
+  (*e)->Stop();
+}
+
 }  // namespace
 }  // namespace cloister::vm
