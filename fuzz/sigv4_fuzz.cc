@@ -1,13 +1,14 @@
-// Fuzzes SigV4 parsing, canonicalisation, re-signing and the aws-chunked body re-signer with
-// guest-controlled requests. Input: "METHOD TARGET\n" then "Name: value\n" lines, an empty line,
-// then the body (fed to the chunk re-signer when the request is a streaming upload). The
-// placeholder secret is the AWS documentation's example secret, so corpus files holding AWS's
-// documented requests reach the re-signing and chunk paths.
+// Fuzzes SigV4 parsing, canonicalisation, re-signing, the proxy filter and the aws-chunked body
+// re-signer with guest-controlled requests. Input: "METHOD TARGET\n" then "Name: value\n" lines,
+// an empty line, then the body (fed to the chunk re-signer when the request is a streaming
+// upload). The placeholder secret is the AWS documentation's example secret, so corpus files
+// holding AWS's documented requests reach the re-signing and chunk paths.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "aws/proxy_filter.h"
 #include "aws/resigner.h"
 #include "aws/sigv4.h"
 
@@ -55,6 +56,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!v->chunks->Data(body.substr(i, piece)).ok()) break;
     }
     (void)v->chunks->End();
+  }
+  // The same request through the proxy filter (scope check, any Authorization in scope, the
+  // session-token swap-back path), with a token so the token checks run.
+  {
+    cloister::proxy::RequestHead ph{head.method, head.target, "s3.amazonaws.com", 443, {}};
+    for (const Header& h : head.headers) ph.headers.emplace_back(h.name, h.value);
+    AwsProxyFilter f(AwsSecrets{"AKIAIOSFODNN7EXAMPLE", "real-secret", "real-token-0123456789",
+                                "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "placeholder-token-0123"},
+                     {"amazonaws.com"});
+    auto fv = f.OnRequestHead(ph);
+    if (fv.ok() && fv->need_full_body) (void)f.OnFullBody(ph, body);
+    if (fv.ok() && fv->body) {
+      (void)fv->body->Data(body);
+      (void)fv->body->End();
+    }
   }
   // Also the raw chunk parser on the whole input, with a fixed seed.
   ChunkResigner c("k", "k2", "20130524T000000Z", "20130524/us-east-1/s3/aws4_request",
