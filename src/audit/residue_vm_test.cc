@@ -247,10 +247,10 @@ class ResidueVmTest : public ::testing::Test {
     ASSERT_TRUE(settled.ok()) << settled.error().ToString() << "\n" << audit.err;
     f.report = *settled;
     std::cerr << RenderReport(f.report, DiskHistory::kFresh);
-    // A raw read of every block device (zero bytes become line breaks so lines stay short).
+    // A raw read of every block device: system, home and metadata disk (zero bytes become line breaks so lines stay short).
     std::string half = canary_.substr(0, 9), rest = canary_.substr(9);
     Ran grep = vm.Exec({"sh", "-c",
-                        "M=\"$0$1\"; n=0; for d in /dev/vda /dev/vdb; do "
+                        "M=\"$0$1\"; n=0; for d in /dev/vda /dev/vdb /dev/vdc; do "
                         "c=$(tr '\\000' '\\n' < $d | grep -c -F \"$M\"); n=$((n+c)); done; echo $n",
                         half, rest});
     ASSERT_TRUE(grep.exit.ok());

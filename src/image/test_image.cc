@@ -26,11 +26,19 @@ namespace {
 constexpr uint64_t kTestDiskSize = 256ull << 20;
 
 // Everything in the test rootfs: busybox, tmux and the libraries tmux needs, C.UTF-8 (tmux wants
-// a UTF-8 locale), terminfo.
+// a UTF-8 locale), terminfo; and Debian's real curl with its library closure (apt-cache depends
+// --recurse, Debian 12), so the wire-boundary tests run a real TLS client inside the guest.
 const std::vector<std::string>& TestPackages() {
-  static const std::vector<std::string> k{"busybox-static", "libc6",         "libc-bin",
-                                          "libgcc-s1",      "libtinfo6",     "libevent-core-2.1-7",
-                                          "libutempter0",   "ncurses-base",  "tmux"};
+  static const std::vector<std::string> k{
+      "busybox-static", "libc6", "libc-bin", "libgcc-s1", "libtinfo6", "libevent-core-2.1-7",
+      "libutempter0", "ncurses-base", "tmux",
+      // curl
+      "curl", "libcurl4", "libbrotli1", "libcom-err2", "libdb5.3", "libffi8", "libgmp10",
+      "libgnutls30", "libgssapi-krb5-2", "libhogweed6", "libidn2-0", "libk5crypto3",
+      "libkeyutils1", "libkrb5-3", "libkrb5support0", "libldap-2.5-0", "libnettle8",
+      "libnghttp2-14", "libp11-kit0", "libpsl5", "librtmp1", "libsasl2-2",
+      "libsasl2-modules-db", "libssh2-1", "libssl3", "libtasn1-6", "libunistring2", "libzstd1",
+      "zlib1g"};
   return k;
 }
 

@@ -26,6 +26,7 @@ echo "FAKE-AGENT-HOME $(ls -ld /home/dev | awk '{print $1, $3}')"
 export LANG=C.UTF-8 TERM=xterm
 echo "FAKE-AGENT-TMUX $(/usr/bin/tmux -V)"
 /usr/bin/tmux -S /tmp/t new-session -d 'sleep 30' && echo "FAKE-AGENT-TMUX-SESSION $(/usr/bin/tmux -S /tmp/t ls | cut -d: -f1)"
+echo "FAKE-AGENT-CURL $(/usr/bin/curl --version | head -n 1 | cut -d' ' -f1-2)"
 echo "FAKE-AGENT-DONE"
 poweroff -f
 )AGENT";
@@ -75,6 +76,7 @@ TEST(TestImageBootTest, BootsUnderTcgAndRunsTheAgentFromTheMetadataDisk) {
   EXPECT_NE(out.find("FAKE-AGENT-HOME drwxr-xr-x dev"), std::string::npos);
   EXPECT_NE(out.find("FAKE-AGENT-TMUX tmux 3."), std::string::npos);
   EXPECT_NE(out.find("FAKE-AGENT-TMUX-SESSION 0"), std::string::npos);
+  EXPECT_NE(out.find("FAKE-AGENT-CURL curl 7."), std::string::npos);  // Debian's real client
   EXPECT_NE(out.find("FAKE-AGENT-DONE"), std::string::npos);
 }
 
