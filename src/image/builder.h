@@ -17,7 +17,7 @@ namespace cloister::image {
 inline constexpr char kTestImageName[] = "test";
 inline constexpr char kFullImageName[] = "debian-12";
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "1";
+inline constexpr char kTestRecipeVersion[] = "2";  // 2: curl
 inline constexpr char kFullRecipeVersion[] = "1";
 
 struct BuildOptions {
