@@ -1,30 +1,31 @@
-// Store-relative names used by the catalog and image modules.
-//
-// Until src/store/layout.h (owned by the store module) lands on main, these are the one place the
-// image/catalog file names are defined; they then become aliases of the layout.h constants.
-// docs/layout.md documents each one (what writes it, what deletes it).
+// Store-relative names used by the catalog and image modules: aliases of the constants in
+// src/store/layout.h, which is the one place store file names are defined (docs/layout.md says
+// what writes and deletes each one). Kept as `const char*` so module code can concatenate them.
 #pragma once
+
+#include "store/layout.h"
 
 namespace cloister::catalog::names {
 
-// <store>/images/: one directory per image, <store>/images/<name>/.
-inline constexpr char kImagesDir[] = "images";
-// <store>/keys/: the keyring and the local publisher key.
-inline constexpr char kKeysDir[] = "keys";
-// <store>/catalogs/<channel>/: the adopted (verified) catalog of each channel.
-inline constexpr char kCatalogsDir[] = "catalogs";
-inline constexpr char kCatalogFile[] = "catalog.json";
-inline constexpr char kSignatureFile[] = "catalog.json.sig";
-// <store>/keys/keyring.json: trusted publisher keys; keys/publisher.key: this host's signing key.
-inline constexpr char kKeyringFile[] = "keyring.json";
-inline constexpr char kPublisherKeyFile[] = "publisher.key";
-inline constexpr char kPublisherPubFile[] = "publisher.pub";
-// <store>/cache/debs/: Debian packages downloaded for image builds (reused by later builds).
-inline constexpr char kDebCacheDir[] = "cache/debs";
+inline constexpr const char* kImagesDir = layout::kImagesDir.data();
+inline constexpr const char* kKeysDir = layout::kKeysDir.data();
+inline constexpr const char* kCatalogsDir = layout::kCatalogsDir.data();
+inline constexpr const char* kCatalogFile = layout::kCatalogFile.data();
+inline constexpr const char* kSignatureFile = layout::kCatalogSignatureFile.data();
+inline constexpr const char* kCatalogStagingPrefix = layout::kCatalogStagingPrefix.data();
+inline constexpr const char* kLockFile = layout::kCatalogLockFile.data();
+inline constexpr const char* kKeyringFile = layout::kKeyringFile.data();
+inline constexpr const char* kPublisherKeyFile = layout::kPublisherKeyFile.data();
+inline constexpr const char* kPublisherPubFile = layout::kPublisherPubFile.data();
+inline constexpr const char* kDebCacheDir = layout::kDebCacheDir.data();
 
-// Inside an image directory: the artifacts, named the same in every image and catalog.
-inline constexpr char kDiskFile[] = "disk.raw";
-inline constexpr char kKernelFile[] = "vmlinuz";
-inline constexpr char kInitrdFile[] = "initrd.img";
+inline constexpr const char* kDiskFile = layout::kImageDiskFile.data();
+inline constexpr const char* kKernelFile = layout::kImageKernelFile.data();
+inline constexpr const char* kInitrdFile = layout::kImageInitrdFile.data();
+inline constexpr const char* kVerifiedFile = layout::kImageVerifiedFile.data();
+inline constexpr const char* kBuildPrefix = layout::kImageBuildPrefix.data();
+inline constexpr const char* kWorkPrefix = layout::kImageWorkPrefix.data();
+inline constexpr const char* kImportPrefix = layout::kImageImportPrefix.data();
+inline constexpr const char* kRemovePrefix = layout::kImageRemovePrefix.data();
 
 }  // namespace cloister::catalog::names

@@ -15,6 +15,8 @@
 #include <memory>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "base/strings.h"
 #include "catalog/names.h"
 #include "catalog/sha256.h"
@@ -156,6 +158,44 @@ Result<FileDigest> CopyAndHash(const std::string& from, const std::string& to) {
   return d;
 }
 
+// The identity of a file's current bytes as far as the kernel tells: a write changes mtime and
+// ctime; ctime cannot be set from userspace; replacing the file changes the inode.
+struct FileStamp {
+  uint64_t dev = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  nlohmann::json ToJson(const std::string& sha256) const {
+    return {{"sha256", sha256}, {"dev", dev},           {"inode", inode},
+            {"size", size},     {"mtime_ns", mtime_ns}, {"ctime_ns", ctime_ns}};
+  }
+  bool Matches(const nlohmann::json& j) const {
+    return j.is_object() && j.value("dev", uint64_t{1}) == dev &&
+           j.value("inode", uint64_t{0}) == inode && j.value("size", uint64_t{0}) == size &&
+           j.value("mtime_ns", int64_t{-1}) == mtime_ns &&
+           j.value("ctime_ns", int64_t{-1}) == ctime_ns;
+  }
+};
+
+Result<FileStamp> StampOf(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path, errno);
+  FileStamp f;
+  f.dev = static_cast<uint64_t>(st.st_dev);
+  f.inode = static_cast<uint64_t>(st.st_ino);
+  f.size = static_cast<uint64_t>(st.st_size);
+  f.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  f.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return f;
+}
+
+// images/<name>/verified.json; a missing or damaged file only costs a re-hash.
+nlohmann::json LoadVerified(const std::string& path) {
+  auto text = ReadOptional(path, 1 << 20);
+  if (!text.ok() || !*text) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return nlohmann::json::object();
+  return j;
+}
+
 std::string HostName() {
   char h[256] = {0};
   gethostname(h, sizeof h - 1);
@@ -278,6 +318,10 @@ Result<std::vector<ListedImage>> CatalogStore::ListImages() const {
 Status CatalogStore::VerifyArtifacts(const ImageEntry& entry, Rehash rehash,
                                      const std::function<void(uint64_t)>& progress) const {
   uint64_t done = 0;
+  std::string verified_path = ImageDir(entry.name) + "/" + names::kVerifiedFile;
+  nlohmann::json verified = rehash == Rehash::kIfChanged ? LoadVerified(verified_path)
+                                                         : nlohmann::json::object();
+  bool record = false;
   for (const auto& a : entry.artifacts) {
     std::string path = ImageDir(entry.name) + "/" + a.file;
     struct stat st;
@@ -289,18 +333,46 @@ Status CatalogStore::VerifyArtifacts(const ImageEntry& entry, Rehash rehash,
                       entry.name + ": " + a.file + " is " + std::to_string(st.st_size) +
                           " bytes, the catalog says " + std::to_string(a.size));
     }
-    if (rehash == Rehash::kYes) {
-      ASSIGN_OR_RETURN(FileDigest d, Sha256File(path));
-      if (d.sha256 != a.sha256 || d.size != a.size) {
-        return Rejected(Rejection::kArtifactMismatch,
-                        entry.name + ": " + a.file + " has SHA-256 " + d.sha256 +
-                            ", the catalog says " + a.sha256);
+    if (rehash == Rehash::kNo) continue;
+    ASSIGN_OR_RETURN(FileStamp before, StampOf(path));
+    if (rehash == Rehash::kIfChanged) {
+      auto it = verified.find(a.file);
+      if (it != verified.end() && before.Matches(*it) && it->is_object() &&
+          it->value("sha256", std::string()) == a.sha256) {
+        continue;  // these very bytes were hashed to the signed digest
       }
-      done += d.size;
-      if (progress) progress(done);
+    }
+    ASSIGN_OR_RETURN(FileDigest d, Sha256File(path));
+    if (d.sha256 != a.sha256 || d.size != a.size) {
+      return Rejected(Rejection::kArtifactMismatch,
+                      entry.name + ": " + a.file + " has SHA-256 " + d.sha256 +
+                          ", the catalog says " + a.sha256);
+    }
+    done += d.size;
+    if (progress) progress(done);
+    auto after = StampOf(path);
+    if (after.ok() && after->Matches(before.ToJson(""))) {  // unchanged while it was hashed
+      if (!record) verified = LoadVerified(verified_path);
+      verified[a.file] = before.ToJson(a.sha256);
+      record = true;
     }
   }
+  if (record) {
+    // Best effort: a stale or missing record only costs a re-hash next time.
+    Status s = WriteFileAtomic(verified_path, verified.dump(2) + "\n", 0644);
+    (void)s;
+  }
   return OkStatus();
+}
+
+Status CatalogStore::RecordVerified(const ImageEntry& entry) const {
+  nlohmann::json verified = nlohmann::json::object();
+  for (const auto& a : entry.artifacts) {
+    ASSIGN_OR_RETURN(FileStamp f, StampOf(ImageDir(entry.name) + "/" + a.file));
+    verified[a.file] = f.ToJson(a.sha256);
+  }
+  return WriteFileAtomic(ImageDir(entry.name) + "/" + names::kVerifiedFile,
+                         verified.dump(2) + "\n", 0644);
 }
 
 Result<ResolvedImage> CatalogStore::Resolve(const std::string& name, Rehash rehash) const {
@@ -335,9 +407,10 @@ Result<ResolvedImage> CatalogStore::Resolve(const std::string& name, Rehash reha
     return r;
   }
   return Error(ErrorCode::kNotFound, "image \"" + name + "\" is not in any verified catalog",
-               name == "test" ? "build it: `cloister image build --test`"
-                              : "build it (`cloister image build`) or import it "
-                                "(`cloister image import DIR`)");
+               std::string("see `cloister image ls`; ") +
+                   (name == "test" ? "build it with `cloister image build --test`"
+                                   : "build it (`cloister image build`) or import it "
+                                     "(`cloister image import DIR`)"));
 }
 
 Result<std::string> CatalogStore::SignLocal(const Catalog& c) {
@@ -372,7 +445,7 @@ Status CatalogStore::TrustKey(const std::string& key_text, const std::string& ch
   }
   ASSIGN_OR_RETURN(std::string pub, ParsePublicKey(key_text));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kKeysDir, 0700));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kKeysDir + "/.lock"));
+  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kKeysDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(Keyring keyring, Keyring::Load(KeyringPath()));
   keyring.Trust(pub, channel, "trusted for " + channel);
   return keyring.Save(KeyringPath());
@@ -381,7 +454,7 @@ Status CatalogStore::TrustKey(const std::string& key_text, const std::string& ch
 Status CatalogStore::AdoptVerified(const Catalog& c, const std::string& catalog_text,
                                    const std::string& signature_text) {
   std::string base = root_ + "/" + names::kCatalogsDir;
-  std::string staging = base + "/.staging-" + c.channel;
+  std::string staging = base + "/" + names::kCatalogStagingPrefix + c.channel;
   RemoveAll(staging);
   RETURN_IF_ERROR(MkdirP(staging));
   RETURN_IF_ERROR(WriteFileAtomic(staging + "/" + names::kCatalogFile, catalog_text, 0644));
@@ -394,7 +467,7 @@ Status CatalogStore::AdoptVerified(const Catalog& c, const std::string& catalog_
 Status CatalogStore::PublishLocal(const ImageEntry& entry, const std::string& built_dir) {
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kCatalogsDir));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kImagesDir));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/.lock"));
+  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   {
     auto pub = LocalPublicKey();  // creates and trusts the publisher key on first use
     if (!pub.ok()) return pub.error();
@@ -423,10 +496,19 @@ Status CatalogStore::PublishLocal(const ImageEntry& entry, const std::string& bu
   std::sort(c.images.begin(), c.images.end(),
             [](const ImageEntry& a, const ImageEntry& b) { return a.name < b.name; });
   std::string target = ImageDir(entry.name);
-  if (fs::path(built_dir).lexically_normal() != fs::path(target).lexically_normal()) {
-    RETURN_IF_ERROR(SwapDirInto(built_dir, target));
+  const ImageEntry* old = existing ? existing->Find(entry.name) : nullptr;
+  if (old && old->artifacts == entry.artifacts && VerifyArtifacts(*old, Rehash::kIfChanged).ok()) {
+    // A reproducible rebuild: the files in place already hold exactly these bytes. Keep them
+    // (same inodes and times), so workspaces cloned from or layered over them stay valid.
+    RemoveAll(built_dir);
+  } else {
+    if (fs::path(built_dir).lexically_normal() != fs::path(target).lexically_normal()) {
+      RETURN_IF_ERROR(SwapDirInto(built_dir, target));
+    }
+    RETURN_IF_ERROR(VerifyArtifacts(entry, Rehash::kNo));
+    // The builder hashed these very files; later creates need only stat them.
+    RETURN_IF_ERROR(RecordVerified(entry));
   }
-  RETURN_IF_ERROR(VerifyArtifacts(entry, Rehash::kNo));
   std::string text = SerializeCatalog(c);
   ASSIGN_OR_RETURN(std::string sig, SignLocal(c));
   // Verify exactly what will be adopted, as any other catalog (also checks rollback).
@@ -444,7 +526,7 @@ Result<Catalog> CatalogStore::Import(const std::string& dir, const std::string& 
   ASSIGN_OR_RETURN(auto sig, ReadOptional(dir + "/" + names::kSignatureFile, 4096));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kCatalogsDir));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kImagesDir));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/.lock"));
+  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(Catalog c, VerifyDocument(*text, sig, channel));
   ASSIGN_OR_RETURN(auto channels, Channels());
   for (const auto& ch : channels) {
@@ -472,7 +554,7 @@ Result<Catalog> CatalogStore::Import(const std::string& dir, const std::string& 
       }
       src = dir;
     }
-    std::string stage = root_ + "/" + names::kImagesDir + "/.import-" + e.name;
+    std::string stage = root_ + "/" + names::kImagesDir + "/" + names::kImportPrefix + e.name;
     RemoveAll(stage);
     staged.push_back({stage, e.name});
     RETURN_IF_ERROR(MkdirP(stage));
@@ -510,13 +592,15 @@ Result<Catalog> CatalogStore::Import(const std::string& dir, const std::string& 
       return s.error();
     }
   }
+  // Every artifact was hashed while it was copied in; later creates need only stat them.
+  for (const auto& e : c.images) RETURN_IF_ERROR(RecordVerified(e));
   std::string sig_text = *sig;
   RETURN_IF_ERROR(AdoptVerified(c, *text, sig_text));
   return c;
 }
 
 Status CatalogStore::Remove(const std::string& name) {
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/.lock"));
+  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(auto channels, Channels());
   for (const auto& ch : channels) {
     ASSIGN_OR_RETURN(auto c, LoadAdopted(ch));
@@ -533,7 +617,7 @@ Status CatalogStore::Remove(const std::string& name) {
       ASSIGN_OR_RETURN(Catalog verified, VerifyDocument(text, sig, kLocalChannel));
       RETURN_IF_ERROR(AdoptVerified(verified, text, sig));
     }
-    std::string trash = root_ + "/" + names::kImagesDir + "/.rm-" + name;
+    std::string trash = root_ + "/" + names::kImagesDir + "/" + names::kRemovePrefix + name;
     RemoveAll(trash);
     if (rename(ImageDir(name).c_str(), trash.c_str()) == 0) RemoveAll(trash);
     return OkStatus();

@@ -41,7 +41,15 @@ struct ListedImage {
   bool present = false;  // artifact files exist with the signed sizes
 };
 
-enum class Rehash { kNo, kYes };
+// How much of an artifact's bytes is checked against the signed catalog:
+//   kNo        sizes only (listing);
+//   kIfChanged the SHA-256 recorded in images/<name>/verified.json when the file's identity
+//              (device, inode, size, mtime, ctime) is what it was when those bytes were last
+//              hashed, else a full re-hash (then recorded). Any write to the file changes its
+//              ctime, which no userspace call can set back, so tampered bytes are always
+//              re-hashed and refused; an untouched image costs a stat. `create` uses this.
+//   kYes       always a full re-hash (`image verify`), recorded on success.
+enum class Rehash { kNo, kIfChanged, kYes };
 
 class CatalogStore {
  public:
@@ -66,18 +74,22 @@ class CatalogStore {
   // Every image of every adopted catalog. Fails if any adopted catalog fails verification.
   Result<std::vector<ListedImage>> ListImages() const;
 
-  // Checks the artifact files of `entry` in ImageDir(entry.name): sizes always, SHA-256 with
-  // Rehash::kYes. `progress` receives bytes hashed so far.
+  // Checks the artifact files of `entry` in ImageDir(entry.name): sizes always, SHA-256 as
+  // `rehash` says. `progress` receives bytes hashed so far.
   Status VerifyArtifacts(const ImageEntry& entry, Rehash rehash,
                          const std::function<void(uint64_t)>& progress = {}) const;
 
-  // The image called `name` from a verified catalog, with its artifacts checked (sizes, or full
-  // SHA-256 with Rehash::kYes). Anything not in a verified catalog is refused: there is no way
-  // around this.
-  Result<ResolvedImage> Resolve(const std::string& name, Rehash rehash = Rehash::kNo) const;
+  // The image called `name` from a verified catalog, with its artifacts checked as `rehash`
+  // says. Anything not in a verified catalog is refused: there is no way around this. kNotFound
+  // (hint: image ls / image build) for a name no verified catalog lists.
+  Result<ResolvedImage> Resolve(const std::string& name,
+                                Rehash rehash = Rehash::kIfChanged) const;
 
   // Local build: moves the artifacts in `built_dir` to ImageDir(entry.name), then signs and adopts
   // a new local-channel catalog (sequence + 1) listing `entry` (replacing an image of that name).
+  // If the image in place has identical artifacts (a reproducible rebuild) whose files still
+  // verify, those files are kept and `built_dir` is deleted. Replacing an image with different
+  // bytes while a workspace uses it breaks that workspace: the CLI refuses it (Store::IfImageUnused).
   // Creates the publisher key and trusts it for "local" on first use.
   Status PublishLocal(const ImageEntry& entry, const std::string& built_dir);
 
@@ -98,6 +110,9 @@ class CatalogStore {
   Status TrustKey(const std::string& key_text, const std::string& channel);
 
  private:
+  // Records in ImageDir(entry.name)/verified.json that each artifact file, as it is now, has
+  // the entry's SHA-256 (called right after those bytes were hashed: build, import, verify).
+  Status RecordVerified(const ImageEntry& entry) const;
   Status AdoptVerified(const Catalog& c, const std::string& catalog_text,
                        const std::string& signature_text);
   Result<std::string> SignLocal(const Catalog& c);

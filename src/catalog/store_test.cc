@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,6 +255,78 @@ TEST_F(StoreTest, TamperingAfterAdoptionIsCaught) {
   // And a deleted signature is as fatal.
   fs::remove(store_root_ + "/catalogs/local/catalog.json.sig");
   EXPECT_EQ(RejectionOf(store_->Resolve("test").error()), Rejection::kMissingSignature);
+}
+
+// Rehash::kIfChanged (what `create` uses): the bytes hashed at build time are trusted only while
+// the file is the very same (inode, size, mtime, ctime); any write means a full re-hash.
+TEST_F(StoreTest, IfChangedRehashesAnyWrittenFileEvenWithItsMtimePutBack) {
+  std::string built = tmp_ + "/built";
+  ImageEntry e = MakeArtifacts(built, "test", "a");
+  ASSERT_TRUE(store_->PublishLocal(e, built).ok());
+  std::string verified = store_root_ + "/images/test/verified.json";
+  ASSERT_TRUE(fs::exists(verified));  // recorded at publish: the builder hashed these bytes
+  ASSERT_TRUE(store_->Resolve("test", Rehash::kIfChanged).ok());
+
+  std::string disk = store_root_ + "/images/test/disk.raw";
+  struct stat before;
+  ASSERT_EQ(stat(disk.c_str(), &before), 0);
+  std::string data = Read(disk);
+  auto write_in_place = [&](const std::string& bytes) {
+    std::fstream f(disk, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(utimensat(AT_FDCWD, disk.c_str(), times, 0), 0);
+  };
+  std::string tampered = data;
+  tampered[7] ^= 1;
+  write_in_place(tampered);
+  auto r = store_->Resolve("test", Rehash::kIfChanged);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(RejectionOf(r.error()), Rejection::kArtifactMismatch);
+  EXPECT_EQ(RejectionOf(store_->Resolve("test").error()), Rejection::kArtifactMismatch)
+      << "the default is kIfChanged";
+
+  // The original bytes back: a re-hash proves them, and the new identity is recorded.
+  std::string old_record = Read(verified);
+  write_in_place(data);
+  ASSERT_TRUE(store_->Resolve("test", Rehash::kIfChanged).ok());
+  EXPECT_NE(Read(verified), old_record);
+
+  // A record whose digest is not the catalog's is not trusted, whatever its file identity.
+  std::string rec = Read(verified);
+  std::string sha = e.FindArtifact(kRoleDisk)->sha256;
+  rec.replace(rec.find(sha), sha.size(), std::string(64, 'f'));
+  Write(verified, rec);
+  ASSERT_TRUE(store_->Resolve("test", Rehash::kIfChanged).ok());  // re-hashed: bytes are right
+  EXPECT_NE(Read(verified).find(sha), std::string::npos);
+}
+
+TEST_F(StoreTest, ReproducibleRebuildKeepsTheFilesWorkspacesUse) {
+  std::string built = tmp_ + "/built";
+  ASSERT_TRUE(store_->PublishLocal(MakeArtifacts(built, "test", "a"), built).ok());
+  std::string disk = store_root_ + "/images/test/disk.raw";
+  struct stat first;
+  ASSERT_EQ(stat(disk.c_str(), &first), 0);
+  // Same bytes again: the files in place stay (same inode and mtime: overlays stay valid).
+  std::string again = tmp_ + "/again";
+  ASSERT_TRUE(store_->PublishLocal(MakeArtifacts(again, "test", "a"), again).ok());
+  struct stat second;
+  ASSERT_EQ(stat(disk.c_str(), &second), 0);
+  EXPECT_EQ(second.st_ino, first.st_ino);
+  EXPECT_EQ(second.st_mtim.tv_nsec, first.st_mtim.tv_nsec);
+  EXPECT_FALSE(fs::exists(again));
+  EXPECT_EQ((*store_->LoadAdopted("local"))->sequence, 2u);
+  // Different bytes replace them.
+  std::string other = tmp_ + "/other";
+  ImageEntry changed = MakeArtifacts(other, "test", "b");
+  ASSERT_TRUE(store_->PublishLocal(changed, other).ok());
+  struct stat third;
+  ASSERT_EQ(stat(disk.c_str(), &third), 0);
+  EXPECT_NE(third.st_ino, first.st_ino);
+  auto r = store_->Resolve("test", Rehash::kYes);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sha256, changed.FindArtifact(kRoleDisk)->sha256);
 }
 
 TEST_F(StoreTest, UnknownImageIsNotFoundAndBadNamesAreRefused) {

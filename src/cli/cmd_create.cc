@@ -16,7 +16,10 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name (a-z, 0-9, '.', '_', '-'; up to 63)")->required();
   cmd->add_option("--image", o->image,
-                  "Base image: for now the path of a raw disk image file");
+                  std::string("Base image: a name from `cloister image ls` (default ") +
+                      catalog::kDefaultImageName +
+                      "; `test` is the tiny test image), checked against its signed catalog; or "
+                      "the path of a raw disk image file (must contain a '/', e.g. ./base.raw)");
   cmd->add_option("--memory", o->memory, "Guest memory in MiB")->capture_default_str();
   cmd->add_option("--cpus", o->cpus, "Guest vCPUs")->capture_default_str();
   cmd->add_option("--home-size", o->home_size,
@@ -28,11 +31,6 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
                   "cloister's disposal verbs)");
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
   cmd->callback([&cli, o] {
-    if (o->image.empty()) {
-      cli.Fail(Error(ErrorCode::kInvalidArgument, "no base image given",
-                     "pass --image /path/to/base.raw (a raw disk image)"));
-      return;
-    }
     CreateRequest req;
     req.name = o->name;
     req.image = o->image;
@@ -71,6 +69,11 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
               << "  system disk: " << BaseName(d.system.path) << " ("
               << (d.system.format == layout::DiskFormat::kRaw ? "reflink clone" : "qcow2 overlay")
               << " of " << c->image.path << ")\n"
+              << "  image:       " << c->image.name
+              << (c->image.version.empty() ? "" : " " + c->image.version)
+              << (c->image.channel.empty() ? " (raw image file, not from a catalog)"
+                                           : " (channel " + c->image.channel + ")")
+              << ", sha256 " << c->image.sha256 << "\n"
               << "  home:        " << BaseName(d.home.path) << " (" << FormatSize(c->home_size)
               << " sparse ext4)\n"
               << "  MAC:         " << c->mac << "\n";

@@ -61,7 +61,10 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     out << "Directory:   " << info->paths.dir << "\n"
         << "Created:     " << FormatUtcIso8601(c.created) << "\n"
         << "Image:       " << c.image.name << (c.image.version.empty() ? "" : " " + c.image.version)
-        << " (" << c.image.path << ", sha256 " << c.image.sha256 << ")\n"
+        << (c.image.channel.empty() ? " (raw image file)" : " (channel " + c.image.channel + ")")
+        << "\n"
+        << "  sha256:    " << c.image.sha256 << "\n"
+        << "  disk:      " << c.image.path << "\n"
         << "Memory:      " << c.memory_mib << " MiB\n"
         << "CPUs:        " << c.cpus << "\n"
         << "MAC:         " << c.mac << "\n";

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "catalog/store.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/store_verbs.h"
 #include "image/builder.h"
 
 namespace cloister::cli {
@@ -31,6 +33,19 @@ nlohmann::json EntryJson(const catalog::ImageEntry& e) {
   for (const auto& s : e.post_install) steps.push_back(s.name);
   return {{"name", e.name},         {"version", e.version},     {"arch", e.arch},
           {"kernel_cmdline", e.kernel_cmdline}, {"artifacts", arts}, {"post_install", steps}};
+}
+
+// `image rm` / `image build` refused: the image's disk is the base (reflink source or qcow2
+// backing file) of these workspaces. There is no flag around it.
+Error ImageInUse(const std::string& name, const std::vector<std::string>& users,
+                 const std::string& why) {
+  std::string list;
+  for (const auto& u : users) list += (list.empty() ? "" : ", ") + u;
+  return Error(ErrorCode::kFailedPrecondition,
+               "image \"" + name + "\" is used by " + CountNoun(users.size(), "workspace") +
+                   " (" + list + "); " + why,
+               "delete them first with `cloister rm NAME` (`cloister reset` is not enough: it "
+               "clones the same image again at the next start)");
 }
 
 Result<catalog::ImageEntry> RunBuild(bool test, const image::BuildOptions& b) {
@@ -89,10 +104,10 @@ void AddBuild(CLI::App& image, Cli& cli) {
         return;
       }
       b.out_dir = o->out + "/" + name;
-      b.work_dir = o->out + "/.work-" + name;
+      b.work_dir = o->out + "/" + catalog::names::kWorkPrefix + name;
     } else {
-      b.out_dir = images + "/.build-" + name;
-      b.work_dir = images + "/.work-" + name;
+      b.out_dir = images + "/" + catalog::names::kBuildPrefix + name;
+      b.work_dir = images + "/" + catalog::names::kWorkPrefix + name;
     }
     auto start = std::chrono::steady_clock::now();
     auto entry = RunBuild(o->test, b);
@@ -100,8 +115,45 @@ void AddBuild(CLI::App& image, Cli& cli) {
       cli.Fail(entry.error());
       return;
     }
-    Status s = o->out.empty() ? store.PublishLocal(*entry, b.out_dir)
-                              : WriteExportCatalog(store, o->out, o->channel, *entry);
+    Status s;
+    if (!o->out.empty()) {
+      s = WriteExportCatalog(store, o->out, o->channel, *entry);
+    } else {
+      auto ws = OpenStore(cli);
+      if (!ws.ok()) {
+        cli.Fail(ws.error());
+        return;
+      }
+      auto users = (*ws)->IfImageUnused(store.ImageDir(name),
+                                        [&] { return store.PublishLocal(*entry, b.out_dir); });
+      if (!users.ok()) {
+        cli.Fail(users.error());
+        return;
+      }
+      if (!users->empty()) {
+        // In use: only a byte-identical rebuild may be published (PublishLocal then keeps the
+        // files the workspaces read). Anything else would change their base under them.
+        auto current = store.Resolve(name, catalog::Rehash::kIfChanged);
+        bool identical = false;
+        if (current.ok()) {
+          auto listed = store.ListImages();
+          if (listed.ok()) {
+            for (const auto& l : *listed) {
+              if (l.entry.name == name) identical = l.entry.artifacts == entry->artifacts;
+            }
+          }
+        }
+        if (!identical) {
+          std::error_code ec;
+          std::filesystem::remove_all(b.out_dir, ec);
+          cli.Fail(ImageInUse(name, *users,
+                              "this build differs from it, and replacing it would change their "
+                              "base image under them"));
+          return;
+        }
+        s = store.PublishLocal(*entry, b.out_dir);
+      }
+    }
     if (!s.ok()) {
       cli.Fail(s.error());
       return;
@@ -240,15 +292,30 @@ void AddRm(CLI::App& image, Cli& cli) {
   cmd->add_option("name", o->name, "Image name")->required();
   cmd->add_flag("-f,--yes", o->yes, "Do not ask for confirmation");
   cmd->callback([&cli, o] {
-    CatalogStore store(cli.StoreRoot());
-    Status ok = cli.Confirm("Remove image " + o->name + "?", o->yes);
-    if (!ok.ok()) {
-      cli.Fail(ok.error());
+    CatalogStore catalogs(cli.StoreRoot());
+    auto store = OpenStore(cli);
+    if (!store.ok()) {
+      cli.Fail(store.error());
       return;
     }
-    Status s = store.Remove(o->name);
-    if (!s.ok()) {
-      cli.Fail(s.error());
+    std::string dir = catalogs.ImageDir(o->name);
+    // Asked before confirming, and again under the store lock while removing (a `create` may
+    // have started meanwhile).
+    auto users = (*store)->IfImageUnused(dir, [] { return OkStatus(); });
+    if (users.ok() && users->empty()) {
+      Status ok = cli.Confirm("Remove image " + o->name + "?", o->yes);
+      if (!ok.ok()) {
+        cli.Fail(ok.error());
+        return;
+      }
+      users = (*store)->IfImageUnused(dir, [&] { return catalogs.Remove(o->name); });
+    }
+    if (!users.ok()) {
+      cli.Fail(users.error());
+      return;
+    }
+    if (!users->empty()) {
+      cli.Fail(ImageInUse(o->name, *users, "removing it would break them"));
       return;
     }
     cli.out() << "removed image " << o->name << "\n";

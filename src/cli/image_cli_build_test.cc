@@ -1,6 +1,7 @@
 // `cloister image build --test` end to end: build, sign into the local catalog, verify, rebuild to
 // the same SHA-256 (the catalog sequence moves, the image does not).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <sstream>
@@ -51,10 +52,33 @@ TEST(ImageCliBuildTest, BuildTestSignsVerifiesAndRebuildsIdentically) {
   EXPECT_TRUE(fs::exists(first->kernel_path));
   EXPECT_TRUE(fs::exists(first->initrd_path));
 
+  // A workspace from the built image, by name: it records the signed identity.
+  ASSERT_EQ(Cli(store, {"create", "ws", "--image", "test", "--home-size", "64M", "--json"}, &out,
+                &err),
+            0)
+      << err;
+  auto created = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(created.is_discarded()) << out;
+  EXPECT_EQ(created["image"]["name"], "test");
+  EXPECT_EQ(created["image"]["channel"], "local");
+  EXPECT_EQ(created["image"]["sha256"], first->sha256);
+  EXPECT_EQ(created["image"]["kernel"], fs::canonical(first->kernel_path).string());
+  struct stat before_rebuild;
+  ASSERT_EQ(stat(first->disk_path.c_str(), &before_rebuild), 0);
+
+  // The rebuild is byte-identical, so it is published while the workspace uses the image, and
+  // the very files the workspace's disk clones or reads through stay in place.
   ASSERT_EQ(Cli(store, {"image", "build", "--test"}, &out, &err), 0) << err;
   auto second = cs.Resolve("test", catalog::Rehash::kYes);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->sha256, first->sha256);
+  struct stat after_rebuild;
+  ASSERT_EQ(stat(first->disk_path.c_str(), &after_rebuild), 0);
+  EXPECT_EQ(after_rebuild.st_ino, before_rebuild.st_ino);
+  EXPECT_EQ(after_rebuild.st_mtim.tv_nsec, before_rebuild.st_mtim.tv_nsec);
+  EXPECT_EQ(Cli(store, {"image", "rm", "--yes", "test"}, &out, &err), 1);
+  EXPECT_NE(err.find("used by 1 workspace (ws)"), std::string::npos) << err;
+  ASSERT_EQ(Cli(store, {"rm", "--yes", "ws"}, &out, &err), 0) << err;
   auto c = cs.LoadAdopted("local");
   ASSERT_TRUE(c.ok() && c->has_value());
   EXPECT_EQ((*c)->sequence, 2u);

@@ -9,12 +9,19 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "catalog/resolve.h"
 #include "cli/cli.h"
 #include "store/store.h"
 
 namespace cloister::cli {
 
-inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) { return Store::Open(cli.StoreRoot()); }
+// Every verb that may create a workspace must open the store here: it installs the catalog's
+// image resolver (catalog/resolve.h), so `--image NAME` goes through the verified catalog.
+inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
+  StoreOptions options;
+  options.resolve_image = catalog::CatalogImageResolver(Env::Default(), cli.StoreRoot());
+  return Store::Open(cli.StoreRoot(), std::move(options));
+}
 
 inline nlohmann::json CheckpointJson(const CheckpointInfo& c) {
   return {{"id", c.record.id},

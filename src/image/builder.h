@@ -10,12 +10,14 @@
 
 #include "base/result.h"
 #include "catalog/entry.h"
+#include "catalog/resolve.h"
 #include "image/build_util.h"
 
 namespace cloister::image {
 
 inline constexpr char kTestImageName[] = "test";
-inline constexpr char kFullImageName[] = "debian-12";
+// The default image (`create` without --image): catalog::kDefaultImageName.
+inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
 inline constexpr char kTestRecipeVersion[] = "2";  // 2: curl
 inline constexpr char kFullRecipeVersion[] = "1";

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <iostream>
 
+#include "catalog/names.h"
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
@@ -60,9 +61,9 @@ Result<SharedImage> SharedTestImage() {
     img.entry.name = kTestImageName;
     img.entry.arch = "amd64";
     img.entry.kernel_cmdline = kKernelCmdline;
-    for (auto [role, file] : {std::pair{catalog::kRoleDisk, "disk.raw"},
-                              std::pair{catalog::kRoleKernel, "vmlinuz"},
-                              std::pair{catalog::kRoleInitrd, "initrd.img"}}) {
+    for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
+                              std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
+                              std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
       auto d = catalog::Sha256File(img.dir + "/" + file);
       if (!d.ok()) {
         status = d.error();

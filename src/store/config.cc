@@ -94,6 +94,12 @@ json ConfigToJson(const WorkspaceConfig& c) {
   doc["image"] = {{"name", c.image.name},     {"version", c.image.version},
                   {"sha256", c.image.sha256}, {"path", c.image.path},
                   {"size", c.image.size},     {"mtime_ns", c.image.mtime_ns}};
+  if (!c.image.channel.empty()) {
+    doc["image"]["channel"] = c.image.channel;
+    doc["image"]["kernel"] = c.image.kernel_path;
+    doc["image"]["initrd"] = c.image.initrd_path;
+    doc["image"]["kernel_cmdline"] = c.image.kernel_cmdline;
+  }
   doc["memory_mib"] = c.memory_mib;
   doc["cpus"] = c.cpus;
   doc["home_size"] = c.home_size;
@@ -151,6 +157,10 @@ Result<WorkspaceConfig> ConfigFromJson(const std::string& text) {
     RETURN_IF_ERROR(Get(*it, "path", c.image.path));
     RETURN_IF_ERROR(Get(*it, "size", c.image.size));
     RETURN_IF_ERROR(Get(*it, "mtime_ns", c.image.mtime_ns));
+    RETURN_IF_ERROR(Get(*it, "channel", c.image.channel));
+    RETURN_IF_ERROR(Get(*it, "kernel", c.image.kernel_path));
+    RETURN_IF_ERROR(Get(*it, "initrd", c.image.initrd_path));
+    RETURN_IF_ERROR(Get(*it, "kernel_cmdline", c.image.kernel_cmdline));
   }
   RETURN_IF_ERROR(Get(doc, "memory_mib", c.memory_mib));
   RETURN_IF_ERROR(Get(doc, "cpus", c.cpus));

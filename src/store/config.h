@@ -31,14 +31,21 @@ inline constexpr uint64_t kDefaultHomeSize = 64ull << 30;  // apparent size; spa
 inline constexpr uint32_t kGuestUid = 1000;                // guest user `dev`
 inline constexpr uint32_t kGuestGid = 1000;
 
-// What the system disk is cloned from. Filled by ResolveImage (store/image_ref.h).
+// What the system disk is cloned from. Filled by ResolveImage (store/image_ref.h) for a raw image
+// path, or by the catalog's resolver (catalog/resolve.h) for a catalog name.
 struct ImageIdentity {
   std::string name;     // catalog name, or the file name for a raw image path
   std::string version;  // catalog version, or "" for a raw image path
-  std::string sha256;   // lower-case hex of the raw image bytes
+  std::string sha256;   // lower-case hex of the raw image bytes (the signed digest for a catalog image)
   std::string path;     // absolute path of the raw base image
   uint64_t size = 0;    // bytes; with mtime_ns a cheap "base image changed" check at start
   int64_t mtime_ns = 0;
+  // Catalog images only ("" for a raw image path): the channel whose verified catalog vouched for
+  // the image, and what the VM runner boots it with (absolute paths beside the disk).
+  std::string channel;
+  std::string kernel_path;
+  std::string initrd_path;
+  std::string kernel_cmdline;
 };
 
 // A host folder shared into the guest (-v HOST[:GUEST][:ro]). The store records it and never

@@ -48,6 +48,25 @@ TEST(ConfigTest, RoundTripsEveryField) {
   EXPECT_TRUE(back->compromised);
 }
 
+TEST(ConfigTest, RoundTripsCatalogImageIdentity) {
+  WorkspaceConfig c = Sample();
+  c.image.name = "debian-12";
+  c.image.version = "1+linux-6.1.0-28";
+  c.image.channel = "local";
+  c.image.kernel_path = "/store/images/debian-12/vmlinuz";
+  c.image.initrd_path = "/store/images/debian-12/initrd.img";
+  c.image.kernel_cmdline = "root=/dev/vda rw console=ttyS0";
+  Result<WorkspaceConfig> back = ConfigFromJson(ConfigToJson(c).dump());
+  ASSERT_TRUE(back.ok()) << back.error().ToString();
+  EXPECT_EQ(back->image.channel, "local");
+  EXPECT_EQ(back->image.version, "1+linux-6.1.0-28");
+  EXPECT_EQ(back->image.kernel_path, "/store/images/debian-12/vmlinuz");
+  EXPECT_EQ(back->image.initrd_path, "/store/images/debian-12/initrd.img");
+  EXPECT_EQ(back->image.kernel_cmdline, "root=/dev/vda rw console=ttyS0");
+  // A raw-path image writes no catalog keys, so configs of older builds stay byte-identical.
+  EXPECT_FALSE(ConfigToJson(Sample())["image"].contains("channel"));
+}
+
 TEST(ConfigTest, KeepsUnknownTopLevelKeys) {
   nlohmann::json j = ConfigToJson(Sample());
   j["egress_policy"] = {{"allow", {"api.anthropic.com"}}};

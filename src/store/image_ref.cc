@@ -38,12 +38,7 @@ Result<std::string> Sha256File(const std::string& path) {
   return HexEncode(std::string(reinterpret_cast<char*>(digest), len));
 }
 
-Result<ImageIdentity> ResolveImage(Env* env, const std::string& images_dir,
-                                   const std::string& spec) {
-  if (spec.empty()) {
-    return Error(ErrorCode::kInvalidArgument, "no base image given",
-                 "pass --image /path/to/base.raw (a raw disk image)");
-  }
+Result<ImageIdentity> IdentifyRawImage(Env* env, const std::string& spec) {
   char* real = realpath(spec.c_str(), nullptr);
   if (!real) {
     return Error(ErrorCode::kNotFound, "image not found: " + spec,
@@ -77,6 +72,18 @@ Result<ImageIdentity> ResolveImage(Env* env, const std::string& images_dir,
   id.path = path;
   id.size = info.apparent;
   id.mtime_ns = info.mtime_ns;
+  return id;
+}
+
+Result<ImageIdentity> ResolveImage(Env* env, const std::string& images_dir,
+                                   const std::string& spec) {
+  if (spec.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "no base image given",
+                 "pass --image /path/to/base.raw (a raw disk image)");
+  }
+  ASSIGN_OR_RETURN(ImageIdentity id, IdentifyRawImage(env, spec));
+  const std::string& path = id.path;
+  ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
 
   // The hash cache: a lost or damaged cache only costs a re-hash.
   std::string cache_path = JoinPath(images_dir, layout::kImageHashCacheFile);

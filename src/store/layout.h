@@ -39,6 +39,43 @@ inline constexpr std::string_view kStagingDir = "staging";
 // its MAC, then deletes the directory. Anything in trash/ is garbage to finish deleting.
 inline constexpr std::string_view kTrashDir = "trash";
 
+// ---- Images, catalogs and their keys (catalog/ and image/ modules) ----
+// docs/layout.md "Images and their caches" says what writes and deletes each of these.
+
+// images/<name>/: one directory per image of a verified catalog, holding its artifacts, named the
+// same in every image and every catalog (the catalog lists each with its size and SHA-256).
+inline constexpr std::string_view kImageDiskFile = "disk.raw";      // raw ext4, no partition table
+inline constexpr std::string_view kImageKernelFile = "vmlinuz";     // for direct kernel boot
+inline constexpr std::string_view kImageInitrdFile = "initrd.img";  // mounts /dev/vda
+// images/<name>/verified.json: per artifact, the SHA-256 last computed from its bytes and the
+// file's identity then (device, inode, size, mtime, ctime). `create` re-hashes an artifact only
+// if that identity changed (any write changes ctime, which userspace cannot set back), so
+// creating a workspace stays O(1) in the image size while tampered bytes are still caught.
+// Written by `image build`/`import`/`verify` and by a `create` that had to re-hash.
+inline constexpr std::string_view kImageVerifiedFile = "verified.json";
+// Prefixes of in-progress directories under kImagesDir: .build-<name> and .work-<name> (image
+// build), .import-<name> (import staging), .rm-<name> (image rm). Moved into place or deleted.
+inline constexpr std::string_view kImageBuildPrefix = ".build-";
+inline constexpr std::string_view kImageWorkPrefix = ".work-";
+inline constexpr std::string_view kImageImportPrefix = ".import-";
+inline constexpr std::string_view kImageRemovePrefix = ".rm-";
+// catalogs/<channel>/{catalog.json,catalog.json.sig}: the adopted (verified) catalog of a channel.
+inline constexpr std::string_view kCatalogsDir = "catalogs";
+inline constexpr std::string_view kCatalogFile = "catalog.json";
+inline constexpr std::string_view kCatalogSignatureFile = "catalog.json.sig";
+// catalogs/.staging-<channel>/: a catalog being adopted (exchanged into place atomically).
+inline constexpr std::string_view kCatalogStagingPrefix = ".staging-";
+// flock(2) target for catalog mutations: catalogs/.lock (and keys/.lock for the keyring). Lock
+// order: the store lock (kStoreLockFile) before this one.
+inline constexpr std::string_view kCatalogLockFile = ".lock";
+// keys/keyring.json: trusted publisher keys. keys/publisher.key (0600) and publisher.pub: this
+// host's catalog signing key (never leaves the host).
+inline constexpr std::string_view kKeyringFile = "keyring.json";
+inline constexpr std::string_view kPublisherKeyFile = "publisher.key";
+inline constexpr std::string_view kPublisherPubFile = "publisher.pub";
+// cache/debs/: Debian packages downloaded for image builds (reused by later builds).
+inline constexpr std::string_view kDebCacheDir = "cache/debs";
+
 // ---- Workspace directory: workspaces/NAME/ ----
 
 // The workspace's config (JSON; WorkspaceConfig in store/config.h). Rewritten atomically (temp,

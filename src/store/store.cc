@@ -434,23 +434,38 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
   };
   if (env_->Exists(final_paths.dir)) return exists_error();
 
-  ImageIdentity image;
-  {
-    ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
-    RETURN_IF_ERROR(CollectStoreGarbage());
-    ASSIGN_OR_RETURN(image, ResolveImage(env_, ImagesDir(), req.image));
-  }
-  ASSIGN_OR_RETURN(uint64_t free_bytes, env_->FreeSpace(root_));
-  if (free_bytes < options_.min_free_bytes) {
-    return Error(ErrorCode::kNoSpace,
-                 "not enough free space in " + root_ + ": " + FormatSize(free_bytes) +
-                     " free, cloister needs at least " + FormatSize(options_.min_free_bytes),
-                 "free space on the store's filesystem, or use another --store");
-  }
-
   WorkspaceConfig c;
   c.name = req.name;
   c.id = RandomHex(16);
+  std::string staging = JoinPath(StagingDir(), req.name + "." + c.id);
+  ImageIdentity image;
+  std::unique_ptr<FileLock> staging_lock;
+  {
+    // The image is resolved and the staging dir created and locked under the store lock, so
+    // `image rm` (IfImageUnused, also under the store lock) either sees this create in staging/
+    // or runs before it resolves; and no concurrent GC takes the fresh staging dir for garbage.
+    ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
+    RETURN_IF_ERROR(CollectStoreGarbage());
+    ASSIGN_OR_RETURN(image, options_.resolve_image
+                                ? options_.resolve_image(req.image)
+                                : ResolveImage(env_, ImagesDir(), req.image));
+    ASSIGN_OR_RETURN(uint64_t free_bytes, env_->FreeSpace(root_));
+    if (free_bytes < options_.min_free_bytes) {
+      return Error(ErrorCode::kNoSpace,
+                   "not enough free space in " + root_ + ": " + FormatSize(free_bytes) +
+                       " free, cloister needs at least " + FormatSize(options_.min_free_bytes),
+                   "free space on the store's filesystem, or use another --store");
+    }
+    RETURN_IF_ERROR(env_->CreateDir(staging, 0700));
+    Result<std::unique_ptr<FileLock>> held =
+        env_->LockFile(JoinPath(staging, layout::kLockFile), /*wait=*/false);
+    if (!held.ok()) {
+      Status cleaned = env_->RemoveAll(staging);  // best effort; GC finishes it otherwise
+      (void)cleaned;
+      return held.error();
+    }
+    staging_lock = std::move(*held);
+  }
   c.created = Now();
   c.image = image;
   c.memory_mib = req.memory_mib;
@@ -458,15 +473,14 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
   c.home_size = req.home_size;
   c.volumes = req.volumes;
 
-  std::string staging = JoinPath(StagingDir(), req.name + "." + c.id);
-  RETURN_IF_ERROR(env_->CreateDir(staging, 0700));
   auto build = [&]() -> Status {
-    ASSIGN_OR_RETURN(std::unique_ptr<FileLock> lock,
-                     env_->LockFile(JoinPath(staging, layout::kLockFile), /*wait=*/false));
     // System disk (generation 1), home image (generation 2), SSH key.
     std::string stem = JoinPath(staging, std::string(layout::kSystemDiskStem) + ".1");
     ASSIGN_OR_RETURN(layout::DiskFormat fmt, CloneSystemDisk(env_, image.path, image.size, stem,
                                                              options_.system_disk_mode));
+    // The base was verified before the clone; a write to it since then would make the clone
+    // (or the overlay's view of it) differ from the recorded identity.
+    RETURN_IF_ERROR(CheckBaseUnchanged(env_, image));
     DiskLayer sys;
     sys.file = layout::LiveDiskFileName(layout::kSystemDiskStem, 1, fmt);
     sys.disk = DiskKind::kSystem;
@@ -504,12 +518,47 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
     return OkStatus();
   };
   Status built = build();
+  staging_lock.reset();
   if (!built.ok()) {
     Status cleaned = env_->RemoveAll(staging);  // best effort; GC finishes it otherwise
     (void)cleaned;
     return built.error();
   }
   return c;
+}
+
+Result<std::vector<std::string>> Store::IfImageUnused(const std::string& image_dir,
+                                                      const std::function<Status()>& fn) {
+  std::string dir = image_dir;
+  if (char* real = realpath(image_dir.c_str(), nullptr)) {
+    dir = real;
+    free(real);
+  }
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  auto inside = [&](const std::string& path) {
+    return path == dir || StartsWith(path, dir + "/");
+  };
+  RETURN_IF_ERROR(EnsureInitialized());
+  ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
+  RETURN_IF_ERROR(CollectStoreGarbage());  // what is left in staging/ is in progress
+  std::vector<std::string> users;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(WorkspacesDir()));
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    Result<WorkspaceConfig> c = ReadConfigAt(JoinPath(WorkspacesDir(), n));
+    if (!c.ok()) {
+      users.push_back(n + " (config unreadable)");  // cannot tell: assume it does
+    } else if (inside(c->image.path)) {
+      users.push_back(n);
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> staged, env_->ListDir(StagingDir()));
+  std::sort(staged.begin(), staged.end());
+  for (const std::string& s : staged) {
+    users.push_back(s.substr(0, s.rfind('.')) + " (being created)");  // its image is not known yet
+  }
+  if (users.empty()) RETURN_IF_ERROR(fn());
+  return users;
 }
 
 Result<std::vector<WorkspaceSummary>> Store::List() {

@@ -51,6 +51,11 @@ struct StoreOptions {
   // encrypted in <dir>/secrets.enc (vault) and writes only the PUBLIC key to
   // <dir>/ssh/id_ed25519.pub. Empty: no key is made.
   std::function<Status(const std::string& name, const std::string& workspace_dir)> make_ssh_key;
+  // Turns CreateRequest::image into what the system disk is cloned from. Called by Create under
+  // the store lock. Empty: ResolveImage (image_ref.h: a raw image path only). The CLI installs
+  // catalog::CatalogImageResolver (catalog/resolve.h): "" means the default image, a name is
+  // looked up in the verified catalogs, a path containing '/' is a raw image.
+  std::function<Result<ImageIdentity>(const std::string& spec)> resolve_image;
 };
 
 // $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else $HOME/.local/share/cloister.
@@ -221,6 +226,13 @@ class Store {
   // The proxy's call when a placeholder heads to a host it does not belong to. Does not need the
   // workspace lock (the VM's supervisor holds it); idempotent (the first reason is kept).
   Status MarkCompromised(const std::string& name, const std::string& reason);
+  // `image rm`: under the store lock, lists every workspace whose base image (config image.path)
+  // lies in directory `image_dir`, plus every workspace being created (its image is not known
+  // yet) and any whose config cannot be read; if there is none, runs `fn` before releasing the
+  // lock, so no `create` can pick the image meanwhile. Returns the users ("NAME", "NAME (being
+  // created)", "NAME (config unreadable)"); empty means `fn` ran and succeeded.
+  Result<std::vector<std::string>> IfImageUnused(const std::string& image_dir,
+                                                 const std::function<Status()>& fn);
   // kCompromised (hint: `cloister wipe NAME`) if the workspace is flagged.
   static Status CheckNotCompromised(const WorkspaceConfig& config);
   WorkspaceState State(const std::string& name);

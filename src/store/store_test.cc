@@ -186,7 +186,8 @@ TEST_F(StoreTest, FullDiskFailsCleanly) {
     fi.FailStepWith(step, ErrnoError("write", ENOSPC));
     Result<WorkspaceConfig> f = store->Create(Req("full"));
     if (f.ok()) {
-      ASSERT_TRUE(store->Remove("full").ok());  // a failed fsync of a best-effort step
+      Status removed = store->Remove("full");  // a failed fsync of a best-effort step
+      ASSERT_TRUE(removed.ok()) << step << "/" << steps << ": " << removed.error().ToString();
       continue;
     }
     EXPECT_EQ(f.error().code(), ErrorCode::kNoSpace) << step << ": " << f.error().ToString();
