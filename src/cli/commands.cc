@@ -18,6 +18,13 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddRmCommand(app, cli);
   AddCheckpointCommand(app, cli);
   AddTraceCommand(app, cli);
+  AddStartCommand(app, cli);
+  AddStopCommand(app, cli);
+  AddRebootCommand(app, cli);
+  AddSuperviseCommand(app, cli);
+  AddExecCommand(app, cli);
+  AddAttachCommand(app, cli);
+  AddRunCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -20,6 +20,13 @@ void AddWipeCommand(CLI::App& app, Cli& cli);
 void AddRmCommand(CLI::App& app, Cli& cli);
 void AddCheckpointCommand(CLI::App& app, Cli& cli);
 void AddTraceCommand(CLI::App& app, Cli& cli);
+void AddStartCommand(CLI::App& app, Cli& cli);
+void AddStopCommand(CLI::App& app, Cli& cli);
+void AddRebootCommand(CLI::App& app, Cli& cli);
+void AddSuperviseCommand(CLI::App& app, Cli& cli);
+void AddExecCommand(CLI::App& app, Cli& cli);
+void AddAttachCommand(CLI::App& app, Cli& cli);
+void AddRunCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "channel/exec_client.h"
 #include "channel/mux.h"
 #include "store/store.h"
 #include "vm/control.h"
@@ -86,6 +87,7 @@ class Supervisor {
   Status TakeProvenBootCheckpoint();
   Status Suspend();
   void Cleanup();
+  void GuestPoweroff();
   void Enqueue(Action a);
   void Progress(const std::string& stage);
   void FinishProgress(const std::string& line);
@@ -509,11 +511,11 @@ void Supervisor::Handle(Action a) {
       }
       if (phase == Phase::kStopping) return;  // already on its way
       set_phase(Phase::kStopping);
-      Progress("powering off (ACPI)");
+      Progress("powering off (ACPI and guest agent)");
       if (auto r = qmp_->Execute("system_powerdown"); !r.ok()) {
-        Log("system_powerdown failed: " + r.error().ToString() + "; killing QEMU");
-        kill(qemu_pid_, SIGKILL);
+        Log("system_powerdown failed: " + r.error().ToString());
       }
+      GuestPoweroff();
       deadline_ = Clock::now() + a.timeout;
       return;
     }
@@ -540,12 +542,39 @@ void Supervisor::Handle(Action a) {
       }
       set_phase(Phase::kRebooting);
       ready_waiters_.push_back(a.reply);
-      Progress("rebooting: powering off (ACPI)");
-      if (auto r = qmp_->Execute("system_powerdown"); !r.ok()) kill(qemu_pid_, SIGKILL);
+      Progress("rebooting: powering off (ACPI and guest agent)");
+      (void)qmp_->Execute("system_powerdown");
+      GuestPoweroff();
       deadline_ = Clock::now() + a.timeout;
       return;
     }
   }
+}
+
+// Asks the guest agent to power off (as root), alongside the ACPI button: images without an ACPI
+// daemon (the busybox test image) still shut down cleanly. Best effort, off the main thread.
+void Supervisor::GuestPoweroff() {
+  std::shared_ptr<channel::Mux> mux;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    mux = mux_;
+  }
+  if (!mux) return;
+  std::thread([mux] {
+    auto fd = mux->Open("exec", {}, std::chrono::seconds(10));
+    if (!fd.ok()) return;
+    int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    channel::ExecRequest req;
+    req.argv = {"poweroff"};
+    req.user = "root";
+    channel::ExecIo io;
+    io.in = -1;
+    io.out = null_fd;
+    io.err = null_fd;
+    (void)channel::RunExec(*fd, req, io);
+    close(*fd);
+    close(null_fd);
+  }).detach();
 }
 
 json Supervisor::StatusReply() {

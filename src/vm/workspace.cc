@@ -19,7 +19,7 @@ RunPaths RunPathsFor(const Store& store, const std::string& name) {
   r.run_dir = p.run_dir;
   r.supervisor_pid = p.supervisor_pid;
   r.supervisor_socket = p.supervisor_socket;
-  r.supervisor_log = p.dir + "/supervisor.log";  // asked store for a layout.h constant
+  r.supervisor_log = p.supervisor_log;
   r.qmp_socket = p.qmp_socket;
   r.channel_socket = p.channel_socket;
   r.meta_disk = p.meta_disk;
@@ -55,11 +55,17 @@ std::vector<std::string> CollectDeadEphemeral(Store& store) {
   if (!list.ok()) return removed;
   for (const WorkspaceSummary& ws : *list) {
     if (!ws.config || !IsEphemeral(*ws.config)) continue;
-    // A `run --rm` between create and start has no supervisor yet: leave young ones alone.
-    if (std::time(nullptr) - ws.config->created < 120) continue;
-    VmStatus st = DeriveStatus(RunPathsFor(store, ws.name), std::chrono::seconds(2));
-    if (st.state != VmState::kStopped && st.state != VmState::kBroken &&
-        st.state != VmState::kSuspended) {
+    RunPaths paths = RunPathsFor(store, ws.name);
+    VmStatus st = DeriveStatus(paths, std::chrono::seconds(2));
+    if (st.state == VmState::kBroken) {
+      if (LivePid(paths.supervisor_pid) != 0) continue;  // hung, not dead: leave it to stop --force
+    } else if (st.state == VmState::kStopped || st.state == VmState::kSuspended) {
+      // A `run --rm` between create and start has no supervisor yet: a workspace that never
+      // booted (no console log) is left alone for a while.
+      struct stat sb;
+      bool booted = stat(paths.console_log.c_str(), &sb) == 0;
+      if (!booted && std::time(nullptr) - ws.config->created < 120) continue;
+    } else {
       continue;
     }
     // A `run --rm` still setting it up holds the workspace lock; Remove then fails busy: skip.

@@ -1,0 +1,59 @@
+// `cloister exec NAME [-i] [-t] [-u USER] [-e K=V]... [-w DIR] -- CMD...`: runs CMD in the
+// workspace's VM through the guest agent; stdin/stdout/stderr stream both ways and the guest's
+// exit code becomes ours (128+signal if it was killed).
+#include <unistd.h>
+
+#include "channel/exec_client.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "store/store.h"
+#include "vm/launcher.h"
+
+namespace cloister::cli {
+
+void AddExecCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand("exec", "Run a command in a running workspace's VM");
+  struct Opts {
+    std::string name;
+    bool interactive = false;
+    bool tty = false;
+    std::string user = "dev";
+    std::vector<std::string> env;
+    std::string cwd;
+    std::vector<std::string> argv;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name")->required();
+  cmd->add_flag("-i,--interactive", o->interactive, "Forward stdin to the command");
+  cmd->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal (window size follows)");
+  cmd->add_option("-u,--user", o->user, "Guest user: dev (default) or root");
+  cmd->add_option("-e,--env", o->env, "KEY=VALUE added to the command's environment");
+  cmd->add_option("-w,--workdir", o->cwd, "Working directory in the guest (default: home)");
+  cmd->add_option("CMD", o->argv, "Command and arguments (after --)")->required();
+  cmd->callback([&cli, o] {
+    channel::ExecRequest req;
+    req.argv = o->argv;
+    req.user = o->user;
+    req.cwd = o->cwd;
+    req.tty = o->tty;
+    for (const std::string& kv : o->env) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "bad -e '" + kv + "'",
+                                    "use -e KEY=VALUE"));
+      }
+      req.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    auto store = Store::Open(cli.StoreRoot());
+    if (!store.ok()) return (void)cli.Fail(store.error());
+    auto fd = vm::OpenExecStream(**store, o->name);
+    if (!fd.ok()) return (void)cli.Fail(fd.error());
+    cli.out() << std::flush;
+    auto code = channel::RunExecInTerminal(*fd, req, o->interactive);
+    close(*fd);
+    if (!code.ok()) return (void)cli.Fail(code.error());
+    cli.exit_code = *code;
+  });
+}
+
+}  // namespace cloister::cli

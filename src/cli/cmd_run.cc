@@ -1,0 +1,183 @@
+// `cloister run [NAME] [--rm] [-d] [-v HOSTDIR[:GUEST][:ro]]... [-- CMD...]`: creates the workspace
+// if needed (a fresh generated name without NAME), starts it if needed, then runs CMD in it (or
+// attaches to its tmux session). With --rm the workspace (directory and MAC) is deleted when the
+// VM stops: after CMD ends, after Ctrl-C or SIGTERM, after a QEMU crash or a killed supervisor.
+// The config is marked ephemeral, so a workspace left behind by a killed `run` is collected by
+// the next lifecycle verb.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "base/strings.h"
+#include "channel/exec_client.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "store/store.h"
+#include "vm/control.h"
+#include "vm/launcher.h"
+#include "vm/supervisor.h"
+#include "vm/workspace.h"
+
+namespace cloister::cli {
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+void OnStartSignal(int) { (void)!write(g_signal_pipe[1], "x", 1); }
+
+std::string GeneratedName() {
+  std::random_device rd;
+  std::string raw(3, '\0');
+  for (char& c : raw) c = static_cast<char>(rd() & 0xff);
+  return "run-" + HexEncode(raw);
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand(
+      "run", "Create (if needed) and start a workspace, then run CMD in it or attach to it");
+  struct Opts {
+    std::string name;
+    bool rm = false;
+    bool detach = false;
+    std::vector<std::string> volumes;
+    std::string image;
+    std::string accel = "auto";
+    bool tty = false;
+    std::vector<std::string> argv;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name (default: a fresh workspace)");
+  cmd->add_flag("--rm", o->rm, "Delete the workspace when its VM stops");
+  cmd->add_flag("-d,--detach", o->detach, "Start it and return (no command, no attach)");
+  cmd->add_option("-v,--volume", o->volumes,
+                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created)");
+  cmd->add_option("--image", o->image, "Base image for a new workspace");
+  cmd->add_option("--accel", o->accel, "auto, kvm or tcg")->default_str("auto");
+  cmd->add_flag("-t,--tty", o->tty, "Give CMD a pseudo-terminal (default when stdin is a terminal)");
+  cmd->add_option("CMD", o->argv, "Command to run (after --)");
+  cmd->callback([&cli, o] {
+    auto mode = vm::ParseAccelMode(o->accel);
+    if (!mode.ok()) return (void)cli.Fail(mode.error());
+    if (o->detach && !o->argv.empty()) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "-d and a command conflict"));
+    }
+    auto opened = Store::Open(cli.StoreRoot());
+    if (!opened.ok()) return (void)cli.Fail(opened.error());
+    Store& store = **opened;
+    vm::CollectDeadEphemeral(store);
+
+    bool created = false;
+    if (o->name.empty() || !store.LoadConfig(o->name).ok()) {
+      CreateRequest req;
+      req.name = o->name.empty() ? GeneratedName() : o->name;
+      req.image = o->image;
+      for (const std::string& spec : o->volumes) {
+        auto v = ParseVolumeSpec(spec);
+        if (!v.ok()) return (void)cli.Fail(v.error());
+        req.volumes.push_back(*v);
+      }
+      auto cfg = store.Create(req);
+      if (!cfg.ok()) return (void)cli.Fail(cfg.error());
+      o->name = req.name;
+      created = true;
+      if (o->rm) {
+        Status st = store.UpdateConfig(o->name, [](WorkspaceConfig& c) {
+          c.extra[vm::kEphemeralKey] = true;
+          return OkStatus();
+        });
+        if (!st.ok()) {
+          (void)store.Remove(o->name);
+          return (void)cli.Fail(st.error());
+        }
+      }
+      cli.err() << "cloister: created workspace " << o->name << (o->rm ? " (--rm)" : "") << "\n";
+    } else {
+      if (o->rm) {
+        return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                    "--rm would delete the existing workspace " + o->name,
+                                    "use --rm only for a workspace `run` creates (omit NAME)"));
+      }
+      if (!o->volumes.empty()) {
+        return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                    "volumes are set when a workspace is created",
+                                    "omit -v for an existing workspace"));
+      }
+    }
+    vm::RunPaths paths = vm::RunPathsFor(store, o->name);
+    auto cleanup = [&] {
+      if (!o->rm) return;
+      vm::StopOptions so;
+      so.force = true;
+      std::ostringstream quiet;
+      (void)vm::StopWorkspace(store, o->name, so, quiet);
+      if (Status st = store.Remove(o->name); st.ok() || st.error().code() == ErrorCode::kNotFound) {
+        cli.err() << "cloister: deleted workspace " << o->name << "\n";
+      } else {
+        cli.err() << "cloister: could not delete " << o->name << ": " << st.error().ToString() << "\n";
+      }
+    };
+
+    // Ctrl-C / SIGTERM while booting: stop the VM at once (and --rm deletes it).
+    if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return (void)cli.Fail(ErrnoError("pipe", errno));
+    std::atomic<bool> interrupted{false};
+    std::thread watcher([&] {
+      char c;
+      while (read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      if (c != 'x') return;
+      interrupted = true;
+      (void)vm::ControlRequest(paths.supervisor_socket, {{"op", "stop"}, {"force", true}},
+                               std::chrono::seconds(30));
+    });
+    struct sigaction sa{}, old_int{}, old_term{}, old_hup{};
+    sa.sa_handler = OnStartSignal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
+    vm::StartOptions start;
+    start.accel = *mode;
+    Status st = vm::StartWorkspace(store, o->name, start, cli.err());
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+    (void)!write(g_signal_pipe[1], "q", 1);
+    watcher.join();
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
+    if (!st.ok() || interrupted) {
+      cleanup();
+      return (void)cli.Fail(st.ok() ? Error(ErrorCode::kCancelled, "interrupted") : st.error());
+    }
+    if (o->detach) {
+      cli.out() << o->name << "\n";
+      return;
+    }
+    auto fd = vm::OpenExecStream(store, o->name);
+    if (!fd.ok()) {
+      cleanup();
+      return (void)cli.Fail(fd.error());
+    }
+    Result<int> code = 0;
+    if (o->argv.empty()) {
+      code = channel::RunAttach(*fd);
+    } else {
+      channel::ExecRequest req;
+      req.argv = o->argv;
+      req.tty = o->tty || isatty(STDIN_FILENO);
+      code = channel::RunExecInTerminal(*fd, req, /*interactive=*/true);
+    }
+    close(*fd);
+    cleanup();
+    if (!code.ok()) return (void)cli.Fail(code.error());
+    cli.exit_code = *code;
+    (void)created;
+  });
+}
+
+}  // namespace cloister::cli

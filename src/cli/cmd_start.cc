@@ -1,0 +1,42 @@
+// `cloister start NAME [--accel auto|kvm|tcg]`: boots the workspace's VM (or resumes a suspended
+// one) and returns once the guest agent reports a working terminal.
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "store/store.h"
+#include "vm/launcher.h"
+#include "vm/workspace.h"
+
+namespace cloister::cli {
+
+void AddStartCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand(
+      "start", "Start a workspace's VM (resumes it if it was suspended); returns when it is ready");
+  struct Opts {
+    std::string name;
+    std::string accel = "auto";
+    int ready_timeout = 600;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name")->required();
+  cmd->add_option("--accel", o->accel,
+                  "auto (KVM where it can run a stock kernel, else TCG), kvm or tcg")
+      ->default_str("auto");
+  cmd->add_option("--ready-timeout", o->ready_timeout, "Seconds to wait for the guest agent")
+      ->default_str("600");
+  cmd->callback([&cli, o] {
+    auto mode = vm::ParseAccelMode(o->accel);
+    if (!mode.ok()) return (void)cli.Fail(mode.error());
+    auto store = Store::Open(cli.StoreRoot());
+    if (!store.ok()) return (void)cli.Fail(store.error());
+    vm::CollectDeadEphemeral(**store);
+    vm::StartOptions so;
+    so.accel = *mode;
+    so.ready_timeout = std::chrono::seconds(o->ready_timeout);
+    if (Status st = vm::StartWorkspace(**store, o->name, so, cli.err()); !st.ok()) {
+      return (void)cli.Fail(st.error());
+    }
+    cli.err() << "cloister: " << o->name << " is running\n";
+  });
+}
+
+}  // namespace cloister::cli
