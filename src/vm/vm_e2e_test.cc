@@ -129,6 +129,8 @@ TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
   EXPECT_EQ(Exec("ws", "id -u"), "1000\n");
 
   // The guest has no route out: a raw TCP connect to slirp's host alias fails (restrict=on).
+  Exec("ws", "command -v nc", &code);
+  ASSERT_EQ(code, 0) << "the test image needs nc for this check";
   Exec("ws", "ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0; "
              "nc -w 3 10.0.2.2 22 </dev/null && echo CONNECTED", &code, "root");
   std::string net = Exec("ws", "nc -w 3 10.0.2.2 22 </dev/null >/dev/null 2>&1; echo rc=$?", &code);
