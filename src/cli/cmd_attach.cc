@@ -1,7 +1,5 @@
 // `cloister attach NAME`: attaches the terminal to the workspace's tmux session (created on first
 // attach). Detaching (C-b d) leaves the VM and the session running.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include <unistd.h>
 
 #include "channel/exec_client.h"
@@ -29,10 +27,3 @@ void AddAttachCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddAttachCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

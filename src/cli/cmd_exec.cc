@@ -1,8 +1,6 @@
 // `cloister exec NAME [-i] [-t] [-u USER] [-e K=V]... [-w DIR] -- CMD...`: runs CMD in the
 // workspace's VM through the guest agent; stdin/stdout/stderr stream both ways and the guest's
 // exit code becomes ours (128+signal if it was killed).
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include <unistd.h>
 
 #include "channel/exec_client.h"
@@ -59,10 +57,3 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddExecCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

@@ -1,7 +1,5 @@
 // `cloister reboot NAME`: graceful power-off, then a fresh boot (new metadata disk, new boot id,
 // a new proven-boot checkpoint); returns when the guest agent is ready again.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -24,10 +22,3 @@ void AddRebootCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddRebootCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

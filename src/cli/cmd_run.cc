@@ -4,8 +4,6 @@
 // VM stops: after CMD ends, after Ctrl-C or SIGTERM, after a QEMU crash or a killed supervisor.
 // The config is marked ephemeral, so a workspace left behind by a killed `run` is collected by
 // the next lifecycle verb.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -183,10 +181,3 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddRunCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

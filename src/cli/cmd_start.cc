@@ -1,7 +1,5 @@
 // `cloister start NAME [--accel auto|kvm|tcg]`: boots the workspace's VM (or resumes a suspended
 // one) and returns once the guest agent reports a working terminal.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -42,10 +40,3 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddStartCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

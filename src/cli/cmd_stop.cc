@@ -1,7 +1,5 @@
 // `cloister stop NAME [--force] [--suspend] [--timeout S]`: graceful ACPI power-off through QMP,
 // killed after the timeout; --force kills at once; --suspend saves RAM for the next start.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -43,10 +41,3 @@ void AddStopCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddStopCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif

@@ -1,7 +1,5 @@
 // `cloister _supervise NAME` (hidden): the per-workspace supervisor process, started (daemonised)
 // by `cloister start`. See vm/supervisor.h.
-// The lifecycle verbs need the store module; until it is in the tree they are not registered.
-#if __has_include("store/store.h")
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "vm/supervisor.h"
@@ -37,10 +35,3 @@ void AddSuperviseCommand(CLI::App& app, Cli& cli) {
 }
 
 }  // namespace cloister::cli
-
-#else
-#include "cli/commands.h"
-namespace cloister::cli {
-void AddSuperviseCommand(CLI::App&, Cli&) {}
-}  // namespace cloister::cli
-#endif
