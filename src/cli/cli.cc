@@ -51,8 +51,17 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                  "Store root (default: $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else "
                  "~/.local/share/cloister)");
   AddAllCommands(app, cli);
+  // A bare "--" ends cloister's own arguments: the rest is a guest command, kept verbatim.
+  int own = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      own = i;
+      cli.after_dashes.emplace(argv + i + 1, argv + argc);
+      break;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(own, argv);
   } catch (const CLI::ParseError& e) {
     // CLI11 reports --help and --version as ParseErrors with exit code 0.
     std::ostringstream o, er;

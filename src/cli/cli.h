@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <iostream>
 #include <string>
 
@@ -47,6 +48,11 @@ class Cli {
 
   // Test seam: whether stdin is a terminal.
   std::function<bool()> stdin_is_tty;
+
+  // Everything after the first bare "--" on the command line (`exec NAME -- CMD...`, `run [NAME]
+  // -- CMD...`). RunCli strips it before CLI11 parses, so a command never fills an optional
+  // positional such as run's NAME. nullopt when there was no "--".
+  std::optional<std::vector<std::string>> after_dashes;
 
  private:
   std::ostream& out_;

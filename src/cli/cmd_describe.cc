@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "vm/launcher.h"
 
 namespace cloister::cli {
 
@@ -22,10 +23,14 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
       return;
     }
     const WorkspaceConfig& c = info->config;
+    // Live state from the supervisor's pid-file lock and socket answer (vm/state.h).
+    vm::VmStatus vs = vm::WorkspaceStatus(**store, *name);
     if (*json) {
       nlohmann::json j;
       j["config"] = ConfigToJson(c);
-      j["state"] = WorkspaceStateName(info->state);
+      j["state"] = vm::VmStateName(vs.state);
+      if (!vs.detail.empty()) j["state_detail"] = vs.detail;
+      if (!vs.hint.empty()) j["hint"] = vs.hint;
       j["directory"] = info->paths.dir;
       j["compromised"] = c.compromised;
       j["mac"] = c.mac;
@@ -50,7 +55,9 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     }
     std::ostream& out = cli.out();
     out << "Name:        " << c.name << "\n"
-        << "State:       " << WorkspaceStateName(info->state) << "\n";
+        << "State:       " << vm::VmStateName(vs.state)
+        << (vs.detail.empty() ? "" : " (" + vs.detail + ")")
+        << (vs.hint.empty() ? "" : "; " + vs.hint) << "\n";
     if (c.compromised) {
       out << "Compromised: YES since " << FormatUtcIso8601(c.compromised_at) << ": "
           << c.compromised_reason << "\n             (it will not start; fix: cloister wipe "

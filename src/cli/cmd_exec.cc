@@ -29,8 +29,13 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("-u,--user", o->user, "Guest user: dev (default) or root");
   cmd->add_option("-e,--env", o->env, "KEY=VALUE added to the command's environment");
   cmd->add_option("-w,--workdir", o->cwd, "Working directory in the guest (default: home)");
-  cmd->add_option("CMD", o->argv, "Command and arguments (after --)")->required();
+  cmd->add_option("CMD", o->argv, "Command and arguments (after --)");
   cmd->callback([&cli, o] {
+    if (cli.after_dashes) o->argv.insert(o->argv.end(), cli.after_dashes->begin(), cli.after_dashes->end());
+    if (o->argv.empty()) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "no command given",
+                                  "cloister exec " + o->name + " -- CMD [ARGS...]"));
+    }
     channel::ExecRequest req;
     req.argv = o->argv;
     req.user = o->user;

@@ -62,6 +62,7 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
   cmd->add_flag("-t,--tty", o->tty, "Give CMD a pseudo-terminal (default when stdin is a terminal)");
   cmd->add_option("CMD", o->argv, "Command to run (after --)");
   cmd->callback([&cli, o] {
+    if (cli.after_dashes) o->argv.insert(o->argv.end(), cli.after_dashes->begin(), cli.after_dashes->end());
     auto mode = vm::ParseAccelMode(o->accel);
     if (!mode.ok()) return (void)cli.Fail(mode.error());
     if (o->detach && !o->argv.empty()) {

@@ -134,6 +134,9 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
   }
   close(pipefd[0]);
   if (StartsWith(final_line, "ready")) return OkStatus();
+  // A failed boot: the supervisor is cleaning up (QEMU killed, run/ emptied); wait for it so the
+  // workspace is stopped when we return and can be started again at once.
+  (void)WaitSupervisorGone(paths, Clock::now() + std::chrono::seconds(30));
   if (StartsWith(final_line, "error ")) {
     std::string rest = final_line.substr(6);
     size_t tab = rest.find('\t');

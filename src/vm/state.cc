@@ -116,7 +116,9 @@ VmStatus DeriveStatus(const RunPaths& paths, std::chrono::milliseconds answer_ti
   status.detail = JsonString(*reply, "stage");
   if (state == "booting") status.state = VmState::kBooting;
   else if (state == "running") status.state = VmState::kRunning;
-  else if (state == "stopping" || state == "rebooting") status.state = VmState::kStopping;
+  else if (state == "stopping" || state == "rebooting" || state == "stopped") {
+    status.state = VmState::kStopping;  // "stopped": QEMU is gone, the supervisor is exiting
+  }
   else if (state == "suspending") status.state = VmState::kSuspending;
   else {
     status.state = VmState::kBroken;

@@ -1,8 +1,18 @@
 // End to end under TCG with the test image, driving the real `cloister` binary: boot to the agent's
-// READY, exec, persistence across stop/start, reset, wipe-home, proven-boot checkpoints, suspend and
-// resume, run --rm (also after a killed supervisor), the guest's lack of a network route, and two
-// workspaces at once. Label `vm`; each test is a few boots of ~10-30 s.
+// READY, exec (exit codes, stdin), attach on a pty, persistence across stop/start, reset,
+// wipe-home, proven-boot checkpoints, a `-v` host folder (visible in the guest, never modified),
+// the guest's lack of any network route, suspend and resume, `run NAME -- CMD`, `run --rm` (also
+// after SIGTERM and a killed supervisor), and two workspaces at once. Label `vm`; each test is a
+// few boots of 20-60 s under TCG.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -10,11 +20,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include "base/strings.h"
 #include "base/subprocess.h"
-#include "image/builder.h"
 #include "image/testing.h"
+#include "store/env.h"
 #include "store/store.h"
 #include "vm/launcher.h"
 #include "vm/state.h"
@@ -24,19 +36,46 @@ namespace cloister::vm {
 namespace {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
 std::string* g_image_dir = nullptr;
+
+// Every file's path, mode, size, mtime and content under `root` (the root itself included).
+std::map<std::string, std::string> Snapshot(const std::string& root) {
+  std::map<std::string, std::string> out;
+  auto add = [&](const fs::path& p) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) return;
+    std::string v = std::to_string(st.st_mode) + " " + std::to_string(st.st_size) + " " +
+                    std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    if (S_ISREG(st.st_mode)) {
+      auto content = Env::Default()->ReadFile(p.string(), 1 << 20);
+      v += " " + (content.ok() ? *content : std::string("?"));
+    }
+    out[p.string()] = v;
+  };
+  add(root);
+  for (const auto& e : fs::recursive_directory_iterator(root)) add(e.path());
+  return out;
+}
+
+// Waits (bounded) until `pred` holds, polling.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::seconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a condition, bounded
+  }
+  return true;
+}
 
 class VmE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    static image::testing::TempDir dir;
-    image::BuildOptions o;
-    o.cache_dir = image::testing::TestCacheDir();
-    o.out_dir = dir.path() + "/img";
-    auto entry = image::BuildTestImage(o);
-    ASSERT_TRUE(entry.ok()) << entry.error().ToString();
-    g_image_dir = new std::string(o.out_dir);
+    auto img = image::testing::SharedTestImage();
+    ASSERT_TRUE(img.ok()) << img.error().ToString();
+    g_image_dir = new std::string(img->dir);
   }
 
   void SetUp() override {
@@ -65,10 +104,11 @@ class VmE2eTest : public ::testing::Test {
     fs::remove_all(root_);
   }
 
-  RunOutput Cloister(std::vector<std::string> args) {
+  RunOutput Cloister(std::vector<std::string> args, const std::string& input = "") {
     args.insert(args.begin(), {exe_, "--store", root_});
     RunOptions o;
-    o.timeout = std::chrono::minutes(5);
+    o.timeout = std::chrono::minutes(6);
+    o.stdin_data = input;
     auto r = RunProcess(args, o);
     EXPECT_TRUE(r.ok());
     if (!r.ok()) return RunOutput{};
@@ -76,21 +116,26 @@ class VmE2eTest : public ::testing::Test {
     return *r;
   }
 
-  void Create(const std::string& name) {
+  void Create(const std::string& name, const std::vector<Volume>& volumes = {}) {
     CreateRequest req;
     req.name = name;
     req.image = *g_image_dir + "/disk.raw";
-    req.memory_mib = 512;
+    req.memory_mib = 384;
     req.cpus = 1;
     req.home_size = 1ull << 30;
+    req.volumes = volumes;
     auto c = store_->Create(req);
     ASSERT_TRUE(c.ok()) << c.error().ToString();
   }
 
   void Start(const std::string& name) {
+    auto t0 = Clock::now();
     auto r = Cloister({"start", name, "--accel", "tcg"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("ready"), std::string::npos) << r.err;
+    std::cerr << "[start " << name << ": "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()
+              << " ms]\n";
   }
   void Stop(const std::string& name) {
     auto r = Cloister({"stop", name, "--timeout", "60"});
@@ -109,6 +154,27 @@ class VmE2eTest : public ::testing::Test {
     EXPECT_TRUE(c.ok());
     return c.ok() ? c->size() : 0;
   }
+  std::string MacRegistry() {
+    std::ifstream f(root_ + "/macs.json");
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  // Starts `cloister ARGS` in the background (stdio to /dev/null); returns its pid.
+  pid_t SpawnCloister(std::vector<std::string> args) {
+    args.insert(args.begin(), {exe_, "--store", root_});
+    pid_t pid = fork();
+    if (pid == 0) {
+      int null_fd = open("/dev/null", O_RDWR);
+      dup2(null_fd, 0);
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe_.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
 
   std::string root_;
   std::string exe_;
@@ -116,7 +182,13 @@ class VmE2eTest : public ::testing::Test {
 };
 
 TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
-  Create("ws");
+  // A host folder shared into the guest: readable there, never modified by any verb.
+  std::string host = root_ + "/project";
+  fs::create_directories(host + "/src");
+  ASSERT_TRUE(Env::Default()->WriteFile(host + "/src/main.c", "int main(){return 0;}\n").ok());
+  std::map<std::string, std::string> host_before = Snapshot(host);
+
+  Create("ws", {Volume{host, "/mnt/project", false}});
   Start("ws");
   EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "ws")).state, VmState::kRunning);
   EXPECT_EQ(CheckpointCount("ws"), 1u);  // the proven-boot checkpoint
@@ -127,15 +199,14 @@ TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
   Exec("ws", "exit 42", &code);
   EXPECT_EQ(code, 42);
   EXPECT_EQ(Exec("ws", "id -u"), "1000\n");
-
-  // The guest has no route out: a raw TCP connect to slirp's host alias fails (restrict=on).
-  Exec("ws", "command -v nc", &code);
-  ASSERT_EQ(code, 0) << "the test image needs nc for this check";
-  Exec("ws", "ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0; "
-             "nc -w 3 10.0.2.2 22 </dev/null && echo CONNECTED", &code, "root");
-  std::string net = Exec("ws", "nc -w 3 10.0.2.2 22 </dev/null >/dev/null 2>&1; echo rc=$?", &code);
-  EXPECT_NE(net.find("rc="), std::string::npos);
-  EXPECT_EQ(net.find("rc=0"), std::string::npos) << net;
+  EXPECT_EQ(Exec("ws", "hostname"), "ws\n");
+  // stdin streams to the guest with -i; stderr comes back separately.
+  auto piped = Cloister({"exec", "-i", "ws", "--", "sh", "-c", "tr a-z A-Z; echo err >&2"},
+                        "piped through the guest\n");
+  EXPECT_EQ(piped.exit_code, 0);
+  EXPECT_EQ(piped.out, "PIPED THROUGH THE GUEST\n");
+  EXPECT_NE(piped.err.find("err"), std::string::npos);
+  EXPECT_EQ(Exec("ws", "cat /mnt/project/src/main.c", &code, "root"), "int main(){return 0;}\n");
 
   Exec("ws", "echo home-data > /home/dev/h.txt && sync", &code);
   ASSERT_EQ(code, 0);
@@ -149,30 +220,104 @@ TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
   EXPECT_EQ(Exec("ws", "cat /etc/e.txt"), "etc-data\n");
   // Written after this boot's checkpoint: a restore of that checkpoint drops it.
   Exec("ws", "echo later > /home/dev/later.txt && sync", &code);
+  ASSERT_EQ(code, 0);
   Stop("ws");
   auto cps = store_->ListCheckpoints("ws");
   ASSERT_TRUE(cps.ok());
   ASSERT_EQ(cps->size(), 2u);
-  ASSERT_TRUE(store_->RestoreCheckpoint("ws", cps->back().record.id).ok());
+  auto restore = Cloister({"checkpoint", "restore", "ws", cps->back().record.id, "-f"});
+  ASSERT_EQ(restore.exit_code, 0) << restore.err;
   Start("ws");
   EXPECT_EQ(Exec("ws", "cat /home/dev/h.txt"), "home-data\n");
   Exec("ws", "test -e /home/dev/later.txt", &code);
-  EXPECT_NE(code, 0);
+  EXPECT_EQ(code, 1);
   Stop("ws");
 
-  ASSERT_TRUE(store_->Reset("ws").ok());
+  auto reset = Cloister({"reset", "ws", "-f"});
+  ASSERT_EQ(reset.exit_code, 0) << reset.err;
   Start("ws");
   Exec("ws", "test -e /etc/e.txt", &code);
-  EXPECT_NE(code, 0);  // the system disk is back to the base image
+  EXPECT_EQ(code, 1);  // the system disk is back to the base image
   EXPECT_EQ(Exec("ws", "cat /home/dev/h.txt"), "home-data\n");
   Stop("ws");
 
-  ASSERT_TRUE(store_->WipeHome("ws").ok());
+  auto wipe_home = Cloister({"wipe-home", "ws", "-f"});
+  ASSERT_EQ(wipe_home.exit_code, 0) << wipe_home.err;
   Start("ws");
   Exec("ws", "test -e /home/dev/h.txt", &code);
-  EXPECT_NE(code, 0);
-  EXPECT_GE(CheckpointCount("ws"), 1u);
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(CheckpointCount("ws"), 1u);  // wipe-home dropped the old ones; this boot's is new
   Stop("ws");
+
+  auto rm = Cloister({"rm", "ws", "-f"});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(Snapshot(host), host_before);
+}
+
+// The proven-boot checkpoint needs the agent's READY: a guest whose boot hook runs but whose
+// "agent" never proves a terminal gets no checkpoint, and the failure names the boot log.
+TEST_F(VmE2eTest, NoCheckpointWithoutTheAgentsReadyAndTheBootLogIsNamed) {
+  Create("nr");
+  std::string fake = root_ + "/fake-agent";
+  ASSERT_TRUE(Env::Default()
+                  ->WriteFile(fake, "#!/bin/sh\necho fake-agent-started-no-ready\nsync\npoweroff -f\n")
+                  .ok());
+  chmod(fake.c_str(), 0755);
+  RunOptions o;
+  o.timeout = std::chrono::minutes(6);
+  o.env_set["CLOISTER_AGENT_BIN"] = fake;
+  auto r = RunProcess({exe_, "--store", root_, "start", "nr", "--accel", "tcg"}, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  std::string console = store_->Paths("nr").console_log;
+  EXPECT_NE(r->err.find(console), std::string::npos) << r->err;
+  auto log = Env::Default()->ReadFile(console, 4 << 20);
+  ASSERT_TRUE(log.ok());
+  // The guest did boot to the hook and ran the "agent": only READY was missing.
+  EXPECT_NE(log->find("fake-agent-started-no-ready"), std::string::npos);
+  EXPECT_EQ(CheckpointCount("nr"), 0u);
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "nr")).state, VmState::kStopped);
+}
+
+TEST_F(VmE2eTest, GuestHasNoNetworkRouteButTheChannel) {
+  // A server on the host's loopback. Unrestricted QEMU user networking would forward a guest
+  // connection to 10.0.2.2:PORT to it; with restrict=on nothing may arrive.
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::string port = std::to_string(ntohs(addr.sin_port));
+
+  Create("net");
+  Start("net");
+  int code = -1;
+  // The NIC exists with the workspace's MAC, so a failure below is the restriction, not a
+  // missing device.
+  auto cfg = store_->LoadConfig("net");
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ(Exec("net", "cat /sys/class/net/eth0/address"), cfg->mac + "\n");
+  std::string out = Exec("net",
+                         "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && "
+                         "ip route add default via 10.0.2.2 && echo configured; "
+                         "for t in 10.0.2.2:" + port + " 10.0.2.3:53 10.0.2.2:22; do "
+                         "nc -w 4 ${t%:*} ${t#*:} </dev/null >/dev/null 2>&1 && echo OPEN $t; done; "
+                         "echo done",
+                         &code, "root");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(out.find("configured"), std::string::npos) << out;
+  EXPECT_NE(out.find("done"), std::string::npos) << out;
+  EXPECT_EQ(out.find("OPEN"), std::string::npos) << out;
+  pollfd p{lfd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "a guest connection reached the host's loopback";
+  close(lfd);
+  // The channel still works: exec is a host endpoint.
+  EXPECT_EQ(Exec("net", "echo still-here"), "still-here\n");
+  Stop("net");
 }
 
 TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
@@ -195,11 +340,7 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   Stop("ss");
 }
 
-TEST_F(VmE2eTest, RunRmLeavesNothingAlsoAfterAKilledSupervisor) {
-  auto mac_registry = [&] {
-    std::ifstream f(root_ + "/macs.json");
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
+TEST_F(VmE2eTest, RunRmLeavesNothingAfterExitSigtermOrAKilledSupervisor) {
   auto r = Cloister({"run", "--rm", "--accel", "tcg", "--image", *g_image_dir + "/disk.raw",
                      "--", "echo", "from-run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -207,37 +348,61 @@ TEST_F(VmE2eTest, RunRmLeavesNothingAlsoAfterAKilledSupervisor) {
   auto list = store_->List();
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->empty());
-  EXPECT_EQ(mac_registry().find("run-"), std::string::npos) << mac_registry();
+  EXPECT_EQ(MacRegistry().find("run-"), std::string::npos) << MacRegistry();
+
+  // SIGTERM to `run` while its command runs: the workspace goes too.
+  pid_t run = SpawnCloister({"run", "--rm", "--accel", "tcg", "--image",
+                             *g_image_dir + "/disk.raw", "--", "sleep", "100000"});
+  ASSERT_GT(run, 0);
+  std::string name;
+  ASSERT_TRUE(WaitFor([&] {
+    auto l = store_->List();
+    if (!l.ok() || l->empty()) return false;
+    name = (*l)[0].name;
+    auto fd = OpenExecStream(*store_, name);  // running and the agent answers
+    if (!fd.ok()) return false;
+    close(*fd);
+    return true;
+  }, std::chrono::minutes(5)));
+  ASSERT_EQ(kill(run, SIGTERM), 0);
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return waitpid(run, &status, WNOHANG) == run; }, std::chrono::minutes(2)));
+  EXPECT_FALSE(fs::exists(store_->Paths(name).dir));
+  EXPECT_EQ(MacRegistry().find(name), std::string::npos) << MacRegistry();
 
   // Detached, then its supervisor is killed: QEMU dies with it, and the next verb collects it.
   r = Cloister({"run", "--rm", "-d", "--accel", "tcg", "--image", *g_image_dir + "/disk.raw"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string name = Trim(r.out);
+  name = Trim(r.out);
   ASSERT_FALSE(name.empty());
   RunPaths paths = RunPathsFor(*store_, name);
   pid_t sup = LivePid(paths.supervisor_pid);
   ASSERT_GT(sup, 0);
   ASSERT_EQ(kill(sup, SIGKILL), 0);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (LivePid(paths.supervisor_pid) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // bounded wait for the kill
-  }
+  ASSERT_TRUE(WaitFor([&] { return LivePid(paths.supervisor_pid) == 0; }, std::chrono::seconds(20)));
   EXPECT_EQ(DeriveStatus(paths).state, VmState::kBroken);
-  Cloister({"stop", name});
+  Cloister({"stop", name});  // any lifecycle verb collects a dead ephemeral workspace
   EXPECT_FALSE(fs::exists(paths.workspace_dir));
-  EXPECT_EQ(mac_registry().find(name), std::string::npos);
+  EXPECT_EQ(MacRegistry().find(name), std::string::npos);
 }
 
-TEST_F(VmE2eTest, TwoWorkspacesRunAtOnceSharingOnlyTheBaseImage) {
+TEST_F(VmE2eTest, TwoWorkspacesRunAtOnceAttachAndRunName) {
   Create("a");
   Create("b");
   Start("a");
-  Start("b");
+  // `run NAME -- CMD` starts a stopped workspace, runs CMD, and leaves it running.
+  auto r = Cloister({"run", "b", "--accel", "tcg", "--", "hostname"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "b\n");
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "b")).state, VmState::kRunning);
+  r = Cloister({"run", "b", "--", "sh", "-c", "exit 7"});
+  EXPECT_EQ(r.exit_code, 7);
+
   int code = -1;
   Exec("a", "echo only-a > /home/dev/a.txt && sync", &code);
   ASSERT_EQ(code, 0);
   Exec("b", "test -e /home/dev/a.txt", &code);
-  EXPECT_NE(code, 0);
+  EXPECT_EQ(code, 1);
   EXPECT_EQ(Exec("a", "cat /home/dev/a.txt"), "only-a\n");
   auto ca = store_->LoadConfig("a");
   auto cb = store_->LoadConfig("b");
@@ -248,6 +413,53 @@ TEST_F(VmE2eTest, TwoWorkspacesRunAtOnceSharingOnlyTheBaseImage) {
   LiveDisks db = store_->LiveDiskPaths("b", *cb);
   EXPECT_NE(da.system.path, db.system.path);
   EXPECT_NE(da.home.path, db.home.path);
+
+  // attach: a real terminal in a's tmux session; detaching leaves the VM running.
+  int master = -1;
+  winsize ws{30, 100, 0, 0};
+  std::vector<std::string> args = {exe_, "--store", root_, "attach", "a"};
+  pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    setenv("TERM", "xterm", 1);
+    execv(exe_.c_str(), argv.data());
+    _exit(127);
+  }
+  std::string screen;
+  auto read_until = [&](const std::string& needle, std::chrono::seconds limit) {
+    auto deadline = Clock::now() + limit;
+    while (screen.find(needle) == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(master, buf, sizeof(buf));
+      if (n <= 0) return false;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  };
+  // The typed line is "echo $((6*7))X": only the shell's answer contains "42X".
+  bool typed = false;
+  for (int i = 0; i < 20 && !typed; ++i) {
+    std::string line = "echo $((6*7))X\r";
+    ASSERT_EQ(write(master, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    typed = read_until("42X", std::chrono::seconds(10));
+  }
+  EXPECT_TRUE(typed) << screen;
+  ASSERT_EQ(write(master, "\x02" "d", 2), 2);  // C-b d: detach
+  int status = -1;
+  EXPECT_TRUE(WaitFor([&] { return waitpid(child, &status, WNOHANG) == child; },
+                      std::chrono::seconds(30)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << screen;
+  close(master);
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "a")).state, VmState::kRunning);
+  EXPECT_NE(Exec("a", "tmux ls").find("cloister"), std::string::npos);
+
   Stop("a");
   Stop("b");
 }
