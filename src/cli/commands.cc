@@ -25,6 +25,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddExecCommand(app, cli);
   AddAttachCommand(app, cli);
   AddRunCommand(app, cli);
+  AddAuditCommand(app, cli);
 }
 
 }  // namespace cloister::cli

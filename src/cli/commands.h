@@ -27,6 +27,7 @@ void AddSuperviseCommand(CLI::App& app, Cli& cli);
 void AddExecCommand(CLI::App& app, Cli& cli);
 void AddAttachCommand(CLI::App& app, Cli& cli);
 void AddRunCommand(CLI::App& app, Cli& cli);
+void AddAuditCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -285,8 +285,16 @@ Result<Volume> ParseVolumeSpec(const std::string& spec) {
   }
   if (parts.empty() || parts.size() > 2) return bad("expected HOST[:GUEST][:ro]");
   v.host = parts[0];
-  v.guest = parts.size() == 2 ? parts[1] : parts[0];
+  v.guest = parts.size() == 2 ? parts[1] : "";
   if (v.host.empty() || v.host[0] != '/') return bad("host path must be absolute");
+  if (v.guest.empty()) {
+    // Default: a folder of that name in the guest user's home (mounted after the home disk).
+    std::string h = v.host;
+    while (h.size() > 1 && h.back() == '/') h.pop_back();
+    std::string base = h.substr(h.rfind('/') + 1);
+    if (base.empty()) return bad("give a guest path for the host root: HOST:GUEST");
+    v.guest = "/home/dev/" + base;
+  }
   if (v.guest.empty() || v.guest[0] != '/') return bad("guest path must be absolute");
   for (std::string* p : {&v.host, &v.guest}) {
     for (const std::string& part : Split(*p, '/')) {
@@ -294,7 +302,11 @@ Result<Volume> ParseVolumeSpec(const std::string& spec) {
     }
     while (p->size() > 1 && p->back() == '/') p->pop_back();
   }
-  if (v.guest == "/" || StartsWith(v.guest, "/home/dev") || StartsWith(v.guest, "/run/cloister")) {
+  // Inside the home is fine (/home/dev/project); the home itself, /, and the agent's own
+  // directories are not.
+  if (v.guest == "/" || v.guest == "/home/dev" || v.guest == "/home" ||
+      (StartsWith(v.guest, "/home/") && !StartsWith(v.guest, "/home/dev/")) ||
+      StartsWith(v.guest, "/run/cloister")) {
     return bad("guest path " + v.guest + " is reserved");
   }
   return v;

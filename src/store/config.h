@@ -121,7 +121,8 @@ Status ValidateWorkspaceName(const std::string& name);
 bool IsSafeRelativePath(const std::string& path);
 
 // Parses "-v HOST[:GUEST][:ro|:rw]". HOST must be an absolute path to an existing directory
-// (checked by the caller's Env); GUEST defaults to HOST.
+// (checked by the caller's Env); GUEST defaults to /home/dev/<last component of HOST>, so a
+// project lands in the guest user's home. GUEST may be inside the home, not the home itself.
 Result<Volume> ParseVolumeSpec(const std::string& spec);
 
 // Checkpoint IDs: "YYYYMMDD-HHMMSS" or with a "-N" suffix.

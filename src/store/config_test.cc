@@ -117,15 +117,19 @@ TEST(ConfigTest, WorkspaceNames) {
 TEST(ConfigTest, VolumeSpecs) {
   Result<Volume> a = ParseVolumeSpec("/src/proj");
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->guest, "/src/proj");
+  EXPECT_EQ(a->guest, "/home/dev/proj");
+  Result<Volume> in_home = ParseVolumeSpec("/src/proj/:/home/dev/work/proj");
+  ASSERT_TRUE(in_home.ok());
+  EXPECT_EQ(in_home->guest, "/home/dev/work/proj");
   EXPECT_FALSE(a->read_only);
   Result<Volume> b = ParseVolumeSpec("/data/:/mnt/data:ro");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->host, "/data");
   EXPECT_EQ(b->guest, "/mnt/data");
   EXPECT_TRUE(b->read_only);
-  for (const char* bad : {"relative", "/a:relative", "/a:/b:/c", "/a/../etc", "/a:/home/dev/x",
-                          "/a:/", ""}) {
+  for (const char* bad : {"relative", "/a:relative", "/a:/b:/c", "/a/../etc", "/a:/home/dev",
+                          "/a:/home/dev/", "/a:/home/other/x", "/a:/run/cloister/meta", "/a:/",
+                          "/", ""}) {
     EXPECT_FALSE(ParseVolumeSpec(bad).ok()) << bad;
   }
 }

@@ -25,12 +25,17 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
   }
   json env = json::object();
   for (const auto& [k, v] : config.env) env[k] = v;
+  json files = json::array();
+  for (const MetaConfig::File& f : config.files) {
+    files.push_back({{"path", f.path}, {"content", f.content}, {"mode", f.mode}, {"owner", f.owner}});
+  }
   return {{"version", 1},          {"workspace", config.workspace},
           {"hostname", config.workspace}, {"boot_id", config.boot_id},
           {"user", "dev"},         {"uid", 1000},
           {"gid", 1000},           {"home", "/home/dev"},
           {"home_device", "/dev/vdb"}, {"channel_port", "org.cloister.channel.0"},
-          {"shares", shares},      {"env", env}};
+          {"shares", shares},      {"env", env},
+          {"files", files},        {"ca_certificate", config.ca_certificate}};
 }
 
 namespace {

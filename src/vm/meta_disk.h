@@ -32,6 +32,15 @@ struct MetaConfig {
   std::string boot_id;  // 32 hex chars, new every boot
   std::vector<MetaShare> shares;
   std::map<std::string, std::string> env;
+  // Files the agent writes at each boot (after mounting home): placeholders, proxy settings.
+  struct File {
+    std::string path;  // absolute guest path
+    std::string content;
+    unsigned mode = 0644;
+    std::string owner = "root";  // "root" or the workspace user
+  };
+  std::vector<File> files;
+  std::string ca_certificate;  // PEM of the proxy CA the guest trusts ("" = none)
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,

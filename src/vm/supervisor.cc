@@ -23,7 +23,12 @@
 #include "channel/exec_client.h"
 #include "channel/mux.h"
 #include "store/store.h"
+#include "sshagent/agent.h"
+#include "sshagent/ed25519_key.h"
+#include "sshagent/vault_key_store.h"
+#include "store/layout.h"
 #include "vm/control.h"
+#include "vm/egress.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
 #include "vm/qemu_args.h"
@@ -56,7 +61,9 @@ const char* PhaseName(Phase p) {
 
 // The closed set of actions (Firecracker's VmmAction).
 struct Action {
-  enum class Type { kReady, kChannelClosed, kQemuExited, kStop, kSuspend, kReboot, kSignal };
+  enum class Type {
+    kReady, kChannelClosed, kQemuExited, kStop, kSuspend, kReboot, kSignal, kCompromised
+  };
   explicit Action(Type t) : type(t) {}
   Type type;
   uint64_t generation = 0;  // QEMU generation an event belongs to (stale events are dropped)
@@ -97,6 +104,7 @@ class Supervisor {
   void HandleConnection(int fd);
   json StatusReply();
   void SignalLoop();
+  Status StartEgress();
 
   SupervisorOptions opts_;
   std::unique_ptr<Store> store_;
@@ -128,6 +136,11 @@ class Supervisor {
 
   std::vector<std::shared_ptr<std::promise<json>>> stop_waiters_;
   std::vector<std::shared_ptr<std::promise<json>>> ready_waiters_;
+
+  // The wire boundary (per boot): the egress proxy and the workspace's sign-only SSH agent. The
+  // channel services "proxy" and "ssh-agent" hand each guest stream to them.
+  std::shared_ptr<Egress> egress_;
+  std::shared_ptr<sshagent::SignOnlyAgent> ssh_agent_;
 };
 
 void Supervisor::Progress(const std::string& stage) {
@@ -192,6 +205,41 @@ Status Supervisor::Init() {
   return OkStatus();
 }
 
+Status Supervisor::StartEgress() {
+  if (egress_) egress_->Stop();
+  WorkspacePaths wp = store_->Paths(opts_.name);
+  EgressOptions eo;
+  eo.workspace = opts_.name;
+  eo.keys_dir = store_->root() + "/" + std::string(layout::kKeysDir);
+  eo.secrets_file = wp.secrets;
+  eo.trace_log = wp.trace_log;
+  std::string name = opts_.name;
+  Store* store = store_.get();
+  eo.on_compromise = [this, store, name](const proxy::CompromiseEvent& e) {
+    std::string why = "placeholder of " + e.credential + " sent to " + e.host + " (" + e.where + ")";
+    if (Status st = store->MarkCompromised(name, why); !st.ok()) {
+      Log("marking compromised failed: " + st.error().ToString());
+    }
+    Action a(Action::Type::kCompromised);
+    a.info = why;
+    Enqueue(std::move(a));
+  };
+  // Fail closed: a malformed override refuses the boot.
+  RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
+  egress_ = std::move(egress);
+
+  ssh_agent_.reset();
+  sshagent::VaultKeyStore keys({store_->root() + "/" + std::string(layout::kKeysDir), wp.secrets,
+                                opts_.name});
+  ASSIGN_OR_RETURN(std::optional<sshagent::SecretString> seed, keys.LoadSeed());
+  if (seed) {
+    ASSIGN_OR_RETURN(sshagent::Ed25519Key key, sshagent::Ed25519Key::FromSeed(seed->view()));
+    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(std::move(key), "cloister:" + opts_.name);
+  }
+  return OkStatus();
+}
+
 Status Supervisor::Boot(bool resume) {
   ++generation_;
   {
@@ -203,10 +251,18 @@ Status Supervisor::Boot(bool resume) {
   ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
   ASSIGN_OR_RETURN(KernelFiles kernel, KernelFilesFor(config_));
 
+  Progress("starting the egress proxy");
+  RETURN_IF_ERROR(StartEgress());
   Progress("building the metadata disk");
   MetaConfig meta;
   meta.workspace = opts_.name;
   meta.boot_id = boot_id_;
+  // SECURITY: placeholders, proxy settings and the CA certificate only (vm/egress.h).
+  for (const auto& [k, v] : egress_->guest().env) meta.env[k] = v;
+  for (const GuestFileSpec& f : egress_->guest().files) {
+    meta.files.push_back({f.path, f.content, f.mode, f.owner});
+  }
+  meta.ca_certificate = egress_->guest().ca_pem;
   VmSpec spec;
   int i = 0;
   for (const Volume& v : config_.volumes) {
@@ -288,6 +344,18 @@ Status Supervisor::Boot(bool resume) {
     Enqueue(std::move(a));
   };
   ASSIGN_OR_RETURN(std::unique_ptr<channel::Mux> mux, channel::Mux::Create(chan_fd, mo));
+  {
+    std::shared_ptr<Egress> egress = egress_;
+    mux->RegisterService(kProxyService, [egress](int fd, const std::vector<std::string>&) {
+      egress->Serve(fd);  // takes ownership of fd
+    });
+    std::shared_ptr<sshagent::SignOnlyAgent> agent = ssh_agent_;
+    mux->RegisterService("ssh-agent", [agent](int fd, const std::vector<std::string>&) {
+      // Without a workspace key there is nothing to offer: the guest's ssh sees a closed agent.
+      if (agent) (void)sshagent::ServeAgentConnection(fd, *agent);
+      close(fd);
+    });
+  }
   RETURN_IF_ERROR(mux->Start());
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -486,6 +554,15 @@ void Supervisor::Handle(Action a) {
       }
       set_phase(Phase::kExited);
       ReplyAll(stop_waiters_, {{"ok", true}, {"state", "stopped"}});
+      return;
+    }
+    case T::kCompromised: {
+      // The proxy caught a placeholder heading out of its scope: the store is already marked
+      // (refusing every later start); freeze the guest now, keeping its state for inspection.
+      Log("COMPROMISE: " + a.info + "; pausing the VM (`cloister wipe " + opts_.name + "`)");
+      if (qmp_) {
+        if (auto st = qmp_->Execute("stop"); !st.ok()) Log("pause failed: " + st.error().ToString());
+      }
       return;
     }
     case T::kSignal:
@@ -695,6 +772,7 @@ void Supervisor::Cleanup() {
     mux = std::move(mux_);
   }
   if (mux) mux->Stop();
+  if (egress_) egress_->Stop();
   if (qemu_pid_ > 0) {
     kill(qemu_pid_, SIGKILL);
     WaitChild(qemu_pid_, std::chrono::seconds(10));

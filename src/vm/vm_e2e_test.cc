@@ -23,6 +23,8 @@
 #include <map>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "base/strings.h"
 #include "base/subprocess.h"
 #include "image/testing.h"
@@ -462,6 +464,41 @@ TEST_F(VmE2eTest, TwoWorkspacesRunAtOnceAttachAndRunName) {
 
   Stop("a");
   Stop("b");
+}
+
+// `cloister audit residue` through the CLI: refused (exit 2, naming start) while stopped; on a
+// fresh workspace, run in the guest as root, both disks probed and not a foreign byte.
+TEST_F(VmE2eTest, AuditResidueNeedsARunningVmAndAFreshWorkspaceIsClean) {
+  // Also: a share inside the guest home (the default place for `-v HOSTDIR`), mounted after the
+  // home disk so it is not hidden by it.
+  std::string host = root_ + "/proj";
+  fs::create_directories(host);
+  ASSERT_TRUE(Env::Default()->WriteFile(host + "/README", "from the host\n").ok());
+  auto spec = ParseVolumeSpec(host);
+  ASSERT_TRUE(spec.ok());
+  ASSERT_EQ(spec->guest, "/home/dev/proj");
+  Create("ws", {*spec});
+  auto stopped = Cloister({"audit", "residue", "ws"});
+  EXPECT_EQ(stopped.exit_code, 2);
+  EXPECT_NE(stopped.err.find("cloister start ws"), std::string::npos) << stopped.err;
+  Start("ws");
+  int code = -1;
+  EXPECT_EQ(Exec("ws", "cat /home/dev/proj/README; stat -c %U /home/dev", &code), "from the host\ndev\n");
+  EXPECT_EQ(code, 0);
+  auto r = Cloister({"audit", "residue", "ws", "--json", "--max-regions", "256"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["clean"], true);
+  ASSERT_EQ(j["disks"].size(), 2u);
+  for (const auto& d : j["disks"]) {
+    EXPECT_GT(d["probed_regions"].get<uint64_t>(), 0u) << d.dump();
+    EXPECT_EQ(d["bytes"]["foreign"].get<uint64_t>(), 0u) << d.dump();
+    EXPECT_EQ(d["in_use_blocks_written"].get<uint64_t>(), 0u) << d.dump();
+  }
+  auto text = Cloister({"audit", "residue", "ws", "--max-regions", "64"});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("verdict: clean"), std::string::npos) << text.out;
 }
 
 }  // namespace
