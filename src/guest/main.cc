@@ -2,10 +2,16 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "guest/agent.h"
+#include "guest/ssh_connect.h"
 
 int main(int argc, char** argv) {
+  // ssh's ProxyCommand (guest/ssh_connect.h), run by the guest user, not the boot hook.
+  if (argc >= 2 && std::string(argv[1]) == "ssh-connect") {
+    return cloister::guest::RunSshConnect(std::vector<std::string>(argv + 2, argv + argc));
+  }
   cloister::guest::AgentOptions o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -27,6 +33,7 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: cloister-agent [--meta DIR] [--config FILE] [--channel-socket PATH] [--no-setup]\n"
+          "       cloister-agent ssh-connect [--proxy-port N] HOST PORT   (ssh ProxyCommand)\n"
           "Guest agent of a cloister workspace; started by the image's boot hook.\n");
       return 0;
     } else {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -40,6 +41,14 @@ std::string ReadFile(const fs::path& p) {
 void WriteFile(const fs::path& p, const std::string& s, fs::perms perms = fs::perms::owner_read | fs::perms::owner_write) {
   std::ofstream(p, std::ios::binary) << s;
   fs::permissions(p, perms);
+}
+
+// The built guest agent: $CLOISTER_AGENT_BIN, else the build tree's src/guest/cloister-agent.
+std::string GuestAgentBinary() {
+  if (const char* e = std::getenv("CLOISTER_AGENT_BIN"); e && *e) return e;
+  const char* b = std::getenv("CLOISTER_BINARY_DIR");
+  std::string p = std::string(b ? b : ".") + "/src/guest/cloister-agent";
+  return access(p.c_str(), X_OK) == 0 ? p : "";
 }
 
 // Reserves a free loopback port (bind 0, read it, release).
@@ -252,8 +261,11 @@ TEST_F(OpenSshAgentTest, SshThroughTheProxyTunnelReachesOnlyAllowedHosts) {
   auto proxy_port = (*px)->ListenLoopback();
   ASSERT_TRUE(proxy_port.ok());
 
-  WriteFile(dir_ / "ssh-connect", GuestConnectScript(*proxy_port), fs::perms::owner_all);
-  WriteFile(dir_ / "ssh_config", GuestSshConfig((dir_ / "ssh-connect").string(), sock_));
+  // The guest's CONNECT client: the static agent's `ssh-connect` (guest/ssh_connect.h).
+  std::string agent_bin = GuestAgentBinary();
+  if (agent_bin.empty()) GTEST_SKIP() << "cloister-agent not built (CLOISTER_BUILD_GUEST off)";
+  WriteFile(dir_ / "ssh_config",
+            GuestSshConfig(agent_bin + " ssh-connect --proxy-port " + std::to_string(*proxy_port), sock_));
   std::string hostpub = ReadFile(dir_ / "hostkey.pub");
   WriteFile(dir_ / "known_hosts", "git.example.test " + hostpub + "other.example.org " + hostpub +
                                       "[git.example.test]:2222 " + hostpub);
@@ -280,6 +292,7 @@ TEST_F(OpenSshAgentTest, SshThroughTheProxyTunnelReachesOnlyAllowedHosts) {
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("proxy refused other.example.org:22"), std::string::npos) << other.err;
   EXPECT_NE(other.err.find("403"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("cloister ssh-policy NAME --add-host HOST"), std::string::npos) << other.err;
   // An allowed host on a port that is not a tunnel port: the tunnel must carry TLS, SSH is cut.
   RunOutput port2222 = ssh("git.example.test", {"-p", "2222"});
   EXPECT_NE(port2222.exit_code, 0);

@@ -97,15 +97,14 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
                              std::string("Acquire::http::Proxy \"") + kGuestProxyUrl +
                                  "\";\nAcquire::https::Proxy \"" + kGuestProxyUrl + "\";\n",
                              0644, "root"});
-  // ssh: the ProxyCommand drop-in and its CONNECT helper (sshagent/guest_ssh.h); the proxy lets
-  // opaque tunnels through only on the SSH ports toward the SSH hosts.
+  // ssh: the ProxyCommand drop-in (sshagent/guest_ssh.h; the CONNECT client is the guest agent's
+  // `ssh-connect`); the proxy lets opaque tunnels through only on the workspace's SSH ports
+  // toward its SSH hosts (sshagent/policy.h).
   cfg.tunnel_ports = options.ssh_ports;
   cfg.tunnel_hosts = options.ssh_hosts;
   e->guest_.files.push_back({sshagent::kGuestSshConfigPath,
-                             sshagent::GuestSshConfig(sshagent::kGuestConnectPath, kGuestAgentSocket),
+                             sshagent::GuestSshConfig(sshagent::kGuestConnectCommand, kGuestAgentSocket),
                              0644, "root"});
-  e->guest_.files.push_back({sshagent::kGuestConnectPath, sshagent::GuestConnectScript(kGuestProxyPort),
-                             0755, "root"});
   e->guest_.env["SSH_AUTH_SOCK"] = kGuestAgentSocket;
   e->guest_.ca_pem = cfg.ca->cert_pem();
   ASSIGN_OR_RETURN(e->proxy_, proxy::Proxy::Start(std::move(cfg)));

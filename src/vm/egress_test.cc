@@ -189,17 +189,16 @@ TEST_F(EgressTest, AwsPlaceholdersAndSshFilesReachTheGuestAndTheTokenPlaceholder
   EXPECT_EQ(all.find(secret), std::string::npos);
   EXPECT_EQ(all.find(token), std::string::npos);
   EXPECT_EQ(all.find("REAL"), std::string::npos);
-  bool config = false, helper = false;
+  bool config = false;
   for (const auto& f : g.files) {
     if (f.path == "/etc/ssh/ssh_config.d/cloister.conf") {
-      config = f.content.find("ProxyCommand /usr/local/lib/cloister/ssh-connect %h %p") != std::string::npos;
-    }
-    if (f.path == "/usr/local/lib/cloister/ssh-connect") {
-      helper = f.mode == 0755 && f.content.find("3128") != std::string::npos;
+      // The CONNECT client is the guest agent itself (guest/ssh_connect.h).
+      config = f.content.find("ProxyCommand /run/cloister/meta/cloister-agent ssh-connect %h %p") !=
+                   std::string::npos &&
+               f.content.find("IdentityAgent /run/cloister/ssh-agent.sock") != std::string::npos;
     }
   }
   EXPECT_TRUE(config);
-  EXPECT_TRUE(helper);
 
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
