@@ -16,6 +16,7 @@
 #include "channel/exec_client.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/store_verbs.h"
 #include "store/store.h"
 #include "vm/control.h"
 #include "vm/launcher.h"
@@ -68,7 +69,8 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     if (o->detach && !o->argv.empty()) {
       return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "-d and a command conflict"));
     }
-    auto opened = Store::Open(cli.StoreRoot());
+    // OpenStore: a workspace `run` creates gets its SSH key and a catalog-resolved image.
+    auto opened = OpenStore(cli);
     if (!opened.ok()) return (void)cli.Fail(opened.error());
     Store& store = **opened;
     vm::CollectDeadEphemeral(store);

@@ -26,6 +26,8 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddAttachCommand(app, cli);
   AddRunCommand(app, cli);
   AddAuditCommand(app, cli);
+  AddSshPolicyCommand(app, cli);
+  AddSshConfirmCommand(app, cli);
 }
 
 }  // namespace cloister::cli

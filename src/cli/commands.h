@@ -28,6 +28,8 @@ void AddExecCommand(CLI::App& app, Cli& cli);
 void AddAttachCommand(CLI::App& app, Cli& cli);
 void AddRunCommand(CLI::App& app, Cli& cli);
 void AddAuditCommand(CLI::App& app, Cli& cli);
+void AddSshPolicyCommand(CLI::App& app, Cli& cli);
+void AddSshConfirmCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -44,8 +44,13 @@ Status WriteAll(int fd, std::string_view data) {
 }  // namespace
 
 std::string SignRequestInfo::Describe() const {
-  if (kind == Kind::kSshSig) return "sign data (ssh-keygen -Y sign, namespace \"" + sig_namespace + "\")";
-  return "SSH login as \"" + user + "\"";
+  // SECURITY: the names come from the guest; ClassifySignData admits printable ASCII only, and
+  // they are cut here so a question always fits on one terminal line.
+  auto cut = [](const std::string& s) { return s.size() <= 64 ? s : s.substr(0, 61) + "..."; };
+  if (kind == Kind::kSshSig) {
+    return "sign data (ssh-keygen -Y sign, namespace \"" + cut(sig_namespace) + "\")";
+  }
+  return "SSH login as \"" + cut(user) + "\"";
 }
 
 SignOnlyAgent::SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm)

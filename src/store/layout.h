@@ -110,7 +110,7 @@ inline constexpr std::string_view kCheckpointsDir = "checkpoints";
 
 // Host-side SSH material of the workspace (mode 0700). Only the PUBLIC key is a file here: the
 // private key lives only in the encrypted secrets file (sshagent + vault). Written by the
-// StoreOptions::make_ssh_key hook at `create` and `wipe-home`; deleted by `rm`.
+// StoreOptions::make_ssh_key hook at `create`, `wipe-home` and `wipe`; deleted by `rm`.
 inline constexpr std::string_view kSshDir = "ssh";
 inline constexpr std::string_view kSshPublicKeyFile = "id_ed25519.pub";   // under kSshDir
 

@@ -728,7 +728,8 @@ Status Store::Wipe(const std::string& name) {
     return OkStatus();
   }));
   RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
-  return CollectGarbage(name);
+  RETURN_IF_ERROR(CollectGarbage(name));
+  return MakeSshKey(name, p.dir);
 }
 
 Status Store::Remove(const std::string& name) {

@@ -46,7 +46,7 @@ struct StoreOptions {
   SystemDiskMode system_disk_mode = SystemDiskMode::kAuto;
   uint64_t min_free_bytes = 256ull << 20;  // `create` refuses below this much free space
   // Makes a fresh workspace SSH key: called by Create (with the staging directory, before the
-  // commit rename) and by WipeHome (workspace lock held, with the live directory). The
+  // commit rename) and by WipeHome and Wipe (workspace lock held, with the live directory). The
   // implementation (sshagent, installed by the CLI in OpenStore) stores the private seed
   // encrypted in <dir>/secrets.enc (vault) and writes only the PUBLIC key to
   // <dir>/ssh/id_ed25519.pub. Empty: no key is made.
@@ -197,8 +197,9 @@ class Store {
   // A fresh empty home image and a new workspace keypair (StoreOptions::make_ssh_key). Every checkpoint goes too (each holds a
   // copy of the old home). The system disk, settings and secrets stay.
   Status WipeHome(const std::string& name);
-  // System disk and home together, every checkpoint, and the compromised flag. Settings, secrets,
-  // SSH keys and volumes (host folders are never touched) stay.
+  // System disk and home together, every checkpoint, and the compromised flag; then a new
+  // workspace keypair (StoreOptions::make_ssh_key). Settings, secrets and volumes (host folders
+  // are never touched) stay.
   Status Wipe(const std::string& name);
   // Deletes the whole workspace directory and releases its MAC. Re-running after a crash
   // finishes the deletion.

@@ -60,8 +60,10 @@ struct EgressOptions {
   // use; EgressOverridesFromEnv() fills them from the environment for tests and debugging.
   std::map<std::string, std::string> resolve;
   bool resolve_only = false;
-  std::string upstream_ca_file;  // ssh (and git over SSH) leaves through opaque CONNECT tunnels on these ports toward these hosts
-  // (exact or subdomain); anything else must be TLS. See sshagent/guest_ssh.h.
+  std::string upstream_ca_file;
+  // ssh (and git over SSH) leaves through opaque CONNECT tunnels on these ports toward these hosts
+  // (exact or subdomain); anything else must be TLS. The supervisor sets them from the
+  // workspace's SSH policy (sshagent/policy.h, `cloister ssh-policy`); these are its defaults.
   std::vector<uint16_t> ssh_ports = {22};
   std::vector<std::string> ssh_hosts = {"github.com", "gitlab.com", "bitbucket.org"};
 };

@@ -25,6 +25,7 @@
 #include "store/store.h"
 #include "sshagent/agent.h"
 #include "sshagent/ed25519_key.h"
+#include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
 #include "vm/control.h"
@@ -33,6 +34,7 @@
 #include "vm/process.h"
 #include "vm/qemu_args.h"
 #include "vm/qmp.h"
+#include "vm/ssh_confirm.h"
 #include "vm/state.h"
 #include "vm/workspace.h"
 
@@ -141,6 +143,8 @@ class Supervisor {
   // channel services "proxy" and "ssh-agent" hand each guest stream to them.
   std::shared_ptr<Egress> egress_;
   std::shared_ptr<sshagent::SignOnlyAgent> ssh_agent_;
+  // Per-signature confirmation (vm/ssh_confirm.h): `cloister ssh-confirm NAME` listeners.
+  std::shared_ptr<SshConfirmBroker> ssh_confirm_;
 };
 
 void Supervisor::Progress(const std::string& stage) {
@@ -185,6 +189,10 @@ void Supervisor::Enqueue(Action a) {
 }
 
 Status Supervisor::Init() {
+  SshConfirmBroker::Options co;
+  co.workspace = opts_.name;
+  co.log = Log;
+  ssh_confirm_ = std::make_shared<SshConfirmBroker>(co);
   ASSIGN_OR_RETURN(store_, Store::Open(opts_.store_root));
   paths_ = RunPathsFor(*store_, opts_.name);
   std::error_code ec;
@@ -224,7 +232,11 @@ Status Supervisor::StartEgress() {
     a.info = why;
     Enqueue(std::move(a));
   };
-  // Fail closed: a malformed override refuses the boot.
+  // The workspace's SSH policy (config.json "ssh"): tunnel hosts/ports and confirmation. Fail
+  // closed: a malformed policy or override refuses the boot.
+  ASSIGN_OR_RETURN(sshagent::SshPolicy ssh_policy, sshagent::SshPolicyFromConfig(config_));
+  eo.ssh_ports = ssh_policy.tunnel_ports;
+  eo.ssh_hosts = ssh_policy.tunnel_hosts;
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
   ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
   egress_ = std::move(egress);
@@ -235,7 +247,18 @@ Status Supervisor::StartEgress() {
   ASSIGN_OR_RETURN(std::optional<sshagent::SecretString> seed, keys.LoadSeed());
   if (seed) {
     ASSIGN_OR_RETURN(sshagent::Ed25519Key key, sshagent::Ed25519Key::FromSeed(seed->view()));
-    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(std::move(key), "cloister:" + opts_.name);
+    ssh_confirm_->Configure(ssh_policy.confirm, key.Fingerprint());
+    std::string comment = sshagent::KeyComment(opts_.name);
+    sshagent::ConfirmFn confirm;
+    if (ssh_policy.confirm) {
+      // The comment is what the guest's ssh names in "signing failed for ... agent refused".
+      comment += " (confirm on the host: cloister ssh-confirm " + opts_.name + ")";
+      confirm = [broker = ssh_confirm_](const sshagent::SignRequestInfo& info) {
+        return broker->Confirm(info);
+      };
+      Log("ssh: each signature needs confirmation (`cloister ssh-confirm " + opts_.name + "`)");
+    }
+    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(std::move(key), comment, confirm);
   }
   return OkStatus();
 }
@@ -351,9 +374,14 @@ Status Supervisor::Boot(bool resume) {
     });
     std::shared_ptr<sshagent::SignOnlyAgent> agent = ssh_agent_;
     mux->RegisterService("ssh-agent", [agent](int fd, const std::vector<std::string>&) {
-      // Without a workspace key there is nothing to offer: the guest's ssh sees a closed agent.
-      if (agent) (void)sshagent::ServeAgentConnection(fd, *agent);
-      close(fd);
+      // Handlers run on the mux's loop thread, which also carries this stream's bytes: serve the
+      // connection (blocking, and up to a minute per confirmed signature) on a thread of its own.
+      // Mux::Stop closes the stream, which ends the thread.
+      std::thread([agent, fd] {
+        // Without a workspace key there is nothing to offer: the guest's ssh sees a closed agent.
+        if (agent) (void)sshagent::ServeAgentConnection(fd, *agent);
+        close(fd);
+      }).detach();
     });
   }
   RETURN_IF_ERROR(mux->Start());
@@ -700,6 +728,10 @@ void Supervisor::HandleConnection(int fd) {
     (void)conn.Send(StatusReply());
     return;
   }
+  if (op == kSshConfirmOp) {
+    ssh_confirm_->ServeListener(conn);  // until the listener leaves or Cleanup stops the broker
+    return;
+  }
   if (op == "open-exec") {
     std::shared_ptr<channel::Mux> mux;
     Phase phase;
@@ -773,6 +805,7 @@ void Supervisor::Cleanup() {
   }
   if (mux) mux->Stop();
   if (egress_) egress_->Stop();
+  if (ssh_confirm_) ssh_confirm_->Stop();
   if (qemu_pid_ > 0) {
     kill(qemu_pid_, SIGKILL);
     WaitChild(qemu_pid_, std::chrono::seconds(10));
