@@ -19,7 +19,7 @@ inline constexpr char kTestImageName[] = "test";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "2";  // 2: curl
+inline constexpr char kTestRecipeVersion[] = "3";  // 2: curl; 3: openssh-client, git, gh
 inline constexpr char kFullRecipeVersion[] = "1";
 
 struct BuildOptions {

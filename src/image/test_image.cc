@@ -27,7 +27,8 @@ constexpr uint64_t kTestDiskSize = 256ull << 20;
 
 // Everything in the test rootfs: busybox, tmux and the libraries tmux needs, C.UTF-8 (tmux wants
 // a UTF-8 locale), terminfo; and Debian's real curl with its library closure (apt-cache depends
-// --recurse, Debian 12), so the wire-boundary tests run a real TLS client inside the guest.
+// --recurse, Debian 12), so the wire-boundary tests run a real TLS client inside the guest; OpenSSH's
+// clients, git (without perl) and gh for the SSH agent and HTTPS proofs.
 const std::vector<std::string>& TestPackages() {
   static const std::vector<std::string> k{
       "busybox-static", "libc6", "libc-bin", "libgcc-s1", "libtinfo6", "libevent-core-2.1-7",
@@ -38,7 +39,13 @@ const std::vector<std::string>& TestPackages() {
       "libkeyutils1", "libkrb5-3", "libkrb5support0", "libldap-2.5-0", "libnettle8",
       "libnghttp2-14", "libp11-kit0", "libpsl5", "librtmp1", "libsasl2-2",
       "libsasl2-modules-db", "libssh2-1", "libssl3", "libtasn1-6", "libunistring2", "libzstd1",
-      "zlib1g"};
+      "zlib1g",
+      // OpenSSH's clients (ssh, ssh-add, ssh-keygen) for the sign-only agent's in-guest proof
+      "openssh-client", "libedit2", "libbsd0", "libmd0", "libfido2-1", "libcbor0.8", "libudev1",
+      "libselinux1", "libpcre2-8-0",
+      // git (its C commands and git-remote-https; perl is left out) and gh, for HTTPS through
+      // the proxy
+      "git", "libcurl3-gnutls", "libexpat1", "gh"};
   return k;
 }
 
