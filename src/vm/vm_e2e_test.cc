@@ -32,6 +32,7 @@
 #include "store/store.h"
 #include "vm/launcher.h"
 #include "vm/state.h"
+#include "vm/testing.h"
 #include "vm/workspace.h"
 
 namespace cloister::vm {
@@ -39,8 +40,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string* g_image_dir = nullptr;
 
 // Every file's path, mode, size, mtime and content under `root` (the root itself included).
 std::map<std::string, std::string> Snapshot(const std::string& root) {
@@ -61,126 +60,23 @@ std::map<std::string, std::string> Snapshot(const std::string& root) {
   return out;
 }
 
-// Waits (bounded) until `pred` holds, polling.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::seconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a condition, bounded
-  }
-  return true;
-}
+using testing::WaitFor;
 
-class VmE2eTest : public ::testing::Test {
+class VmE2eTest : public testing::CliVmTest {
  protected:
-  static void SetUpTestSuite() {
-    auto img = image::testing::SharedTestImage();
-    ASSERT_TRUE(img.ok()) << img.error().ToString();
-    g_image_dir = new std::string(img->dir);
-  }
-
-  void SetUp() override {
-    ASSERT_NE(g_image_dir, nullptr);
-    char t[] = "/tmp/cl-e2e-XXXXXX";  // short: unix socket paths are limited to 107 bytes
-    root_ = mkdtemp(t);
-    auto s = Store::Open(root_);
-    ASSERT_TRUE(s.ok());
-    store_ = std::move(*s);
-    const char* bin = std::getenv("CLOISTER_BINARY_DIR");
-    ASSERT_NE(bin, nullptr);
-    exe_ = std::string(bin) + "/src/cli/cloister";
-  }
-
-  void TearDown() override {
-    // Never leave a VM behind, whatever failed.
-    auto list = store_->List();
-    if (list.ok()) {
-      for (const auto& ws : *list) {
-        StopOptions so;
-        so.force = true;
-        std::ostringstream quiet;
-        (void)StopWorkspace(*store_, ws.name, so, quiet);
-      }
-    }
-    fs::remove_all(root_);
-  }
-
-  RunOutput Cloister(std::vector<std::string> args, const std::string& input = "") {
-    args.insert(args.begin(), {exe_, "--store", root_});
-    RunOptions o;
-    o.timeout = std::chrono::minutes(6);
-    o.stdin_data = input;
-    auto r = RunProcess(args, o);
-    EXPECT_TRUE(r.ok());
-    if (!r.ok()) return RunOutput{};
-    if (r->exit_code != 0) std::cerr << "[" << Join(args, " ") << "] -> " << r->exit_code << "\n" << r->err;
-    return *r;
-  }
-
+  // Home 1 GiB (the default spec's 256 MiB is for tests that scan raw disks).
   void Create(const std::string& name, const std::vector<Volume>& volumes = {}) {
-    CreateRequest req;
-    req.name = name;
-    req.image = *g_image_dir + "/disk.raw";
-    req.memory_mib = 384;
-    req.cpus = 1;
-    req.home_size = 1ull << 30;
-    req.volumes = volumes;
-    auto c = store_->Create(req);
-    ASSERT_TRUE(c.ok()) << c.error().ToString();
-  }
-
-  void Start(const std::string& name) {
-    auto t0 = Clock::now();
-    auto r = Cloister({"start", name, "--accel", "tcg"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("ready"), std::string::npos) << r.err;
-    std::cerr << "[start " << name << ": "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()
-              << " ms]\n";
-  }
-  void Stop(const std::string& name) {
-    auto r = Cloister({"stop", name, "--timeout", "60"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, name)).state, VmState::kStopped);
-  }
-  // Exec as `user`; returns stdout, sets *code.
-  std::string Exec(const std::string& name, const std::string& script, int* code = nullptr,
-                   const std::string& user = "dev") {
-    auto r = Cloister({"exec", name, "-u", user, "--", "sh", "-c", script});
-    if (code) *code = r.exit_code;
-    return r.out;
+    testing::WorkspaceSpec spec;
+    spec.home_size = 1ull << 30;
+    spec.volumes = volumes;
+    CliVmTest::Create(name, spec);
   }
   size_t CheckpointCount(const std::string& name) {
     auto c = store_->ListCheckpoints(name);
     EXPECT_TRUE(c.ok());
     return c.ok() ? c->size() : 0;
   }
-  std::string MacRegistry() {
-    std::ifstream f(root_ + "/macs.json");
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  }
-  // Starts `cloister ARGS` in the background (stdio to /dev/null); returns its pid.
-  pid_t SpawnCloister(std::vector<std::string> args) {
-    args.insert(args.begin(), {exe_, "--store", root_});
-    pid_t pid = fork();
-    if (pid == 0) {
-      int null_fd = open("/dev/null", O_RDWR);
-      dup2(null_fd, 0);
-      dup2(null_fd, 1);
-      dup2(null_fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(exe_.c_str(), argv.data());
-      _exit(127);
-    }
-    return pid;
-  }
-
-  std::string root_;
-  std::string exe_;
-  std::unique_ptr<Store> store_;
+  std::string MacRegistry() { return testing::Slurp(root_ + "/macs.json"); }
 };
 
 TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
@@ -343,7 +239,7 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
 }
 
 TEST_F(VmE2eTest, RunRmLeavesNothingAfterExitSigtermOrAKilledSupervisor) {
-  auto r = Cloister({"run", "--rm", "--accel", "tcg", "--image", *g_image_dir + "/disk.raw",
+  auto r = Cloister({"run", "--rm", "--accel", "tcg", "--image", image_dir() + "/disk.raw",
                      "--", "echo", "from-run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("from-run"), std::string::npos);
@@ -354,7 +250,7 @@ TEST_F(VmE2eTest, RunRmLeavesNothingAfterExitSigtermOrAKilledSupervisor) {
 
   // SIGTERM to `run` while its command runs: the workspace goes too.
   pid_t run = SpawnCloister({"run", "--rm", "--accel", "tcg", "--image",
-                             *g_image_dir + "/disk.raw", "--", "sleep", "100000"});
+                             image_dir() + "/disk.raw", "--", "sleep", "100000"});
   ASSERT_GT(run, 0);
   std::string name;
   ASSERT_TRUE(WaitFor([&] {
@@ -373,7 +269,7 @@ TEST_F(VmE2eTest, RunRmLeavesNothingAfterExitSigtermOrAKilledSupervisor) {
   EXPECT_EQ(MacRegistry().find(name), std::string::npos) << MacRegistry();
 
   // Detached, then its supervisor is killed: QEMU dies with it, and the next verb collects it.
-  r = Cloister({"run", "--rm", "-d", "--accel", "tcg", "--image", *g_image_dir + "/disk.raw"});
+  r = Cloister({"run", "--rm", "-d", "--accel", "tcg", "--image", image_dir() + "/disk.raw"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   name = Trim(r.out);
   ASSERT_FALSE(name.empty());

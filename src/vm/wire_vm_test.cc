@@ -24,6 +24,7 @@
 #include "store/store.h"
 #include "vm/launcher.h"
 #include "vm/state.h"
+#include "vm/testing.h"
 #include "vm/workspace.h"
 
 namespace cloister::vm {
@@ -35,65 +36,15 @@ using Clock = std::chrono::steady_clock;
 const std::string kReal =
     "sk-ant-api03-REALxKEYxONLYxONxTHExHOSTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX-_AA";
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testing::CountInFile;
+using testing::Slurp;
 
-class WireVmTest : public ::testing::Test {
+class WireVmTest : public testing::CliVmTest {
  protected:
-  void SetUp() override {
-    auto img = image::testing::SharedTestImage();
-    ASSERT_TRUE(img.ok()) << img.error().ToString();
-    image_dir_ = img->dir;
-    char t[] = "/tmp/cl-wire-XXXXXX";  // short: unix socket paths are limited
-    root_ = mkdtemp(t);
-    auto s = Store::Open(root_);
-    ASSERT_TRUE(s.ok());
-    store_ = std::move(*s);
-    const char* bin = std::getenv("CLOISTER_BINARY_DIR");
-    ASSERT_NE(bin, nullptr);
-    exe_ = std::string(bin) + "/src/cli/cloister";
-  }
-  void TearDown() override {
-    auto list = store_->List();
-    if (list.ok()) {
-      for (const auto& ws : *list) {
-        StopOptions so;
-        so.force = true;
-        std::ostringstream quiet;
-        (void)StopWorkspace(*store_, ws.name, so, quiet);
-      }
-    }
-    fs::remove_all(root_);
-  }
-
-  RunOutput Cloister(std::vector<std::string> args, const std::string& input = "") {
-    args.insert(args.begin(), {exe_, "--store", root_});
-    RunOptions o;
-    o.timeout = std::chrono::minutes(6);
-    o.stdin_data = input;
-    o.env_set = env_;
-    auto r = RunProcess(args, o);
-    EXPECT_TRUE(r.ok());
-    if (!r.ok()) return RunOutput{};
-    if (r->exit_code != 0) std::cerr << "[" << Join(args, " ") << "] -> " << r->exit_code << "\n" << r->err;
-    return *r;
-  }
   std::string Exec(const std::string& script, int* code = nullptr, const std::string& user = "dev",
                    std::vector<std::string> args = {}) {
-    std::vector<std::string> argv = {"exec", "ws", "-u", user, "--", "sh", "-c", script};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = Cloister(argv);
-    if (code) *code = r.exit_code;
-    return r.out;
+    return CliVmTest::Exec("ws", script, code, user, args);
   }
-
-  std::string image_dir_, root_, exe_;
-  std::unique_ptr<Store> store_;
-  std::map<std::string, std::string> env_;
 };
 
 TEST_F(WireVmTest, GuestHoldsOnlyThePlaceholderAndTheRealKeyReachesOnlyItsHost) {
@@ -111,19 +62,20 @@ TEST_F(WireVmTest, GuestHoldsOnlyThePlaceholderAndTheRealKeyReachesOnlyItsHost) 
           {"CLOISTER_PROXY_UPSTREAM_CA", ca_file},
           {"CLOISTER_VAULT_KEY_BACKEND", "file"}};
 
-  CreateRequest req;
-  req.name = "ws";
-  req.image = image_dir_ + "/disk.raw";
-  req.memory_mib = 384;
-  req.cpus = 1;
-  req.home_size = 256ull << 20;  // the raw scans below read every byte under TCG
-  ASSERT_TRUE(store_->Create(req).ok());
+  Create("ws");  // home 256 MiB: the raw scans below read every byte under TCG
   ASSERT_EQ(Cloister({"cred", "add", "ws", "anthropic"}, kReal + "\n").exit_code, 0);
   auto started = Cloister({"start", "ws", "--accel", "tcg"});
   ASSERT_EQ(started.exit_code, 0) << started.err;
 
-  // The guest sees a placeholder: same prefix and length, the marker, not the real key.
   int code = -1;
+  // The real clients the wire proofs use are in the test image (recipe 3).
+  std::string tools = Exec("git --version && gh --version && ssh -V 2>&1", &code);
+  EXPECT_EQ(code, 0) << tools;
+  EXPECT_NE(tools.find("git version"), std::string::npos) << tools;
+  EXPECT_NE(tools.find("gh version"), std::string::npos) << tools;
+  EXPECT_NE(tools.find("OpenSSH"), std::string::npos) << tools;
+
+  // The guest sees a placeholder: same prefix and length, the marker, not the real key.
   std::string placeholder = Trim(Exec("printf %s \"$ANTHROPIC_API_KEY\"", &code));
   ASSERT_EQ(code, 0);
   EXPECT_NE(placeholder, kReal);
@@ -145,25 +97,30 @@ TEST_F(WireVmTest, GuestHoldsOnlyThePlaceholderAndTheRealKeyReachesOnlyItsHost) 
   EXPECT_EQ(seen[0].Header("x-api-key"), kReal) << "the real key must arrive upstream";
   EXPECT_EQ(seen[0].body.find(placeholder), std::string::npos);
 
-  // No byte of the real key anywhere in the guest: raw disks (system, home, metadata) and every
-  // process environment, searched as root. The key is passed split so the search itself does
-  // not plant it in a command line.
+  // No byte of the real key anywhere in the guest: its disks (system layers, home, metadata disk,
+  // as the host stores them, after a sync in the guest) and every guest process's environment and
+  // command line, searched as root. The key is passed split so the search itself does not plant
+  // it in a command line.
+  Exec("sync", &code, "root");
+  ASSERT_EQ(code, 0);
   std::string half = kReal.substr(0, 30), rest = kReal.substr(30);
+  // The joined needle goes to grep through a file on the guest's tmpfs (printf is a shell
+  // builtin), never through a command line the scan would then find.
   std::string found = Exec(
-      "M=\"$0$1\"; n=0; for d in /dev/vda /dev/vdb /dev/vdc; do "
-      "c=$(tr '\\000' '\\n' < $d | grep -c -F \"$M\"); n=$((n+c)); done; "
-      "c=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\000' '\\n' | grep -c -F \"$M\"); echo $((n+c))",
+      "P=$(mktemp); printf '%s%s\\n' \"$0\" \"$1\" > $P; "
+      "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\000' '\\n' | "
+      "grep -c -F -f $P; rm -f $P",
       &code, "root", {half, rest});
-  EXPECT_EQ(code, 0);
   EXPECT_EQ(Trim(found), "0");
-  // The canary search can find: the placeholder is there (the same search for it is non-zero).
-  std::string ph_found = Exec(
-      "M=\"$0$1\"; c=$(tr '\\000' '\\n' < /dev/vdc | grep -c -F \"$M\"); echo $c", &code, "root",
-      {placeholder.substr(0, 30), placeholder.substr(30)});
-  EXPECT_NE(Trim(ph_found), "0");
-  // And the host's copy of the metadata disk holds no real value either.
+  std::map<std::string, size_t> on_disk = FindInWorkspaceFiles("ws", kReal);
+  EXPECT_TRUE(on_disk.empty()) << "real key in " << on_disk.begin()->first;
+  // The search can find: the placeholder is on the metadata disk and in the guest's environment.
   RunPaths paths = RunPathsFor(*store_, "ws");
-  EXPECT_EQ(Slurp(paths.meta_disk).find(kReal), std::string::npos);
+  EXPECT_GT(CountInFile(paths.meta_disk, placeholder), 0u);
+  std::string ph_found = Exec(
+      "M=\"$0$1\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\000' '\\n' | grep -c -F \"$M\"",
+      &code, "root", {placeholder.substr(0, 30), placeholder.substr(30)});
+  EXPECT_NE(Trim(ph_found), "0");
 
   // The placeholder toward a host outside its scope: refused (451), the workspace is marked
   // compromised and its VM paused; nothing reached the fake. The pause may freeze the guest before
