@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "sshagent/vault_key_store.h"
+#include "store/store.h"
 
 namespace cloister::cli {
 namespace {
@@ -52,6 +53,11 @@ void AddSshKeygenCommand(CLI::App& app, Cli& cli) {
                                     o->yes));
         key = sshagent::MakeWorkspaceKey(store, o->name, pub);
         created = true;
+        // The running VM's agent holds the key it booted with.
+        if (auto st = Store::Open(cli.StoreRoot()); st.ok() && (*st)->State(o->name) == WorkspaceState::kRunning) {
+          cli.err() << "cloister: " << o->name << " is running; its agent serves the new key from its next "
+                    << "start (`cloister reboot " << o->name << "`)\n";
+        }
       } else {
         key = sshagent::LoadOrMakeWorkspaceKey(store, o->name, pub, &created);
       }
