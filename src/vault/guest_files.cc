@@ -33,7 +33,14 @@ GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds
       }
     }
   }
-  if (!git_credentials.empty()) out.files.push_back({".git-credentials", git_credentials, 0600});
+  if (!git_credentials.empty()) {
+    out.files.push_back({".git-credentials", git_credentials, 0600});
+    // git reads ~/.git-credentials only through the "store" helper: enable it for every git in
+    // the guest without writing a config file the user owns (git >= 2.31 reads these).
+    out.env["GIT_CONFIG_COUNT"] = "1";
+    out.env["GIT_CONFIG_KEY_0"] = "credential.helper";
+    out.env["GIT_CONFIG_VALUE_0"] = "store";
+  }
   if (!gh_hosts.empty()) out.files.push_back({".config/gh/hosts.yml", gh_hosts, 0600});
   return out;
 }

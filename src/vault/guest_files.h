@@ -21,7 +21,9 @@ struct GuestFile {
 };
 
 struct GuestCredentials {
-  std::map<std::string, std::string> env;  // ANTHROPIC_API_KEY, OPENAI_API_KEY, GH_TOKEN, ...
+  // ANTHROPIC_API_KEY, OPENAI_API_KEY, GH_TOKEN, ...; with a git credential also
+  // GIT_CONFIG_COUNT/KEY_0/VALUE_0 = credential.helper store (so git reads ~/.git-credentials).
+  std::map<std::string, std::string> env;
   std::vector<GuestFile> files;            // .git-credentials, .config/gh/hosts.yml
 };
 

@@ -157,6 +157,10 @@ TEST_F(VaultTest, GuestFilesHoldOnlyPlaceholders) {
   std::string gh_ph = *v->PlaceholderFor(*v->Find("github"));
   EXPECT_EQ(g.env.at("ANTHROPIC_API_KEY"), *v->PlaceholderFor(*v->Find("anthropic")));
   EXPECT_EQ(g.env.at("GH_TOKEN"), gh_ph);
+  // git uses the credentials file through the store helper, configured by the environment.
+  EXPECT_EQ(g.env.at("GIT_CONFIG_COUNT"), "1");
+  EXPECT_EQ(g.env.at("GIT_CONFIG_KEY_0"), "credential.helper");
+  EXPECT_EQ(g.env.at("GIT_CONFIG_VALUE_0"), "store");
   ASSERT_EQ(g.files.size(), 2u);
   EXPECT_EQ(g.files[0].path, ".git-credentials");
   EXPECT_NE(g.files[0].content.find("https://x-access-token:" + gh_ph + "@github.com"),
