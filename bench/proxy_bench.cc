@@ -4,7 +4,7 @@
 //   mitmproxy  client -> mitmdump (Debian's package, if installed) -> fake upstream (TLS)
 // Reports requests/s (4 keep-alive connections), p50/p99 latency of sequential keep-alive requests
 // (and the latency each proxy adds over direct), and MB/s for a 1 GiB download.
-// Usage: proxy_bench [--requests N] [--seconds S] [--bulk-mib M]
+// Usage: proxy_bench [--requests N] [--seconds S] [--bulk-mib M] [--no-mitmproxy]
 #include <openssl/ssl.h>
 #include <signal.h>
 
@@ -45,6 +45,7 @@ class Conn {
  public:
   Conn(asio::io_context& io, const Target& t, uint16_t upstream_port)
       : ctx_(ssl::context::tls_client), sock_(io), upstream_port_(upstream_port) {
+    buf_.reserve(256 * 1024);  // Beast reads capacity - size bytes per read (min 512)
     ctx_.load_verify_file(t.ca_file);
     ctx_.set_verify_mode(ssl::verify_peer);
     uint16_t port = t.proxy_port ? t.proxy_port : upstream_port;
@@ -177,11 +178,14 @@ int main(int argc, char** argv) {
   int requests = 2000;
   double seconds = 3;
   uint64_t bulk_mib = 1024;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool mitm = true;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--requests") requests = std::atoi(argv[i + 1]);
-    if (a == "--seconds") seconds = std::atof(argv[i + 1]);
-    if (a == "--bulk-mib") bulk_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    const char* v = i + 1 < argc ? argv[i + 1] : "0";
+    if (a == "--no-mitmproxy") mitm = false;
+    else if (a == "--requests") requests = std::atoi(v), ++i;
+    else if (a == "--seconds") seconds = std::atof(v), ++i;
+    else if (a == "--bulk-mib") bulk_mib = std::strtoull(v, nullptr, 10), ++i;
   }
   const uint64_t bulk = bulk_mib << 20;
   char tmpl[] = "/tmp/cloister-bench-XXXXXX";
@@ -212,7 +216,7 @@ int main(int argc, char** argv) {
                                  {"cloister", our_port, proxy_ca_file}};
   std::optional<std::thread> mitm_thread;
   uint16_t mitm_port = 0;
-  if (ProgramExists("mitmdump")) {
+  if (mitm && ProgramExists("mitmdump")) {
     mitm_port = FreePort();
     std::string conf = dir + "/mitm";
     std::filesystem::create_directories(conf);

@@ -80,8 +80,11 @@ struct Origin {
 // One upstream connection, reused for keep-alive while the target stays the same.
 template <class S>
 struct UpstreamSlot {
+  UpstreamSlot() { buf.reserve(kIoBuffer); }
   std::unique_ptr<S> stream;
   std::string key;  // "host:port"
+  // Beast reads at most capacity - size bytes (but at least 512) per read: without the reserve a
+  // small buffer made every read, and so every TLS record we sent on, about 512 bytes long.
   beast::flat_buffer buf;
   void Reset() {
     stream.reset();
@@ -237,8 +240,15 @@ class Proxy::Impl {
   std::unique_ptr<PlaceholderSet> placeholders_;
   ssl::context server_ctx_;
   ssl::context client_ctx_;
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  // One single-threaded event loop per thread; a connection lives on one of them (round robin),
+  // so its handlers never hop between threads (no strand, no cross-thread wake-up per I/O).
+  struct Loop {
+    asio::io_context io{1};
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  };
+  asio::io_context& NextLoop() { return loops_[next_loop_++ % loops_.size()]->io; }
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::atomic<size_t> next_loop_{0};
   std::vector<std::thread> threads_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
   std::atomic<bool> tripped_{false};
@@ -313,9 +323,12 @@ Status Proxy::Impl::Init() {
   static const unsigned char kAlpn[] = "\x08http/1.1";
   SSL_CTX_set_alpn_protos(cctx, kAlpn, sizeof kAlpn - 1);
 
-  work_.emplace(io_.get_executor());
   int n = std::max(1, config_.threads);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { io_.run(); });
+  for (int i = 0; i < n; ++i) {
+    loops_.push_back(std::make_unique<Loop>());
+    loops_.back()->work.emplace(loops_.back()->io.get_executor());
+  }
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this, i] { loops_[i]->io.run(); });
   return OkStatus();
 }
 
@@ -328,21 +341,21 @@ void Proxy::Impl::Serve(int fd) {
   socklen_t len = sizeof ss;
   int family = AF_UNIX;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) family = ss.ss_family;
-  auto strand = asio::make_strand(io_);
+  asio::io_context& io = NextLoop();
   error_code ec;
-  GenericSocket sock(strand);
+  GenericSocket sock(io);
   sock.assign(asio::generic::stream_protocol(family, SOCK_STREAM), fd, ec);
   if (ec) {
     close(fd);
     return;
   }
-  asio::co_spawn(strand, Session(std::move(sock)), asio::detached);
+  asio::co_spawn(io, Session(std::move(sock)), asio::detached);
 }
 
 Result<uint16_t> Proxy::Impl::ListenLoopback() {
   using asio::ip::tcp;
   error_code ec;
-  acceptor_ = std::make_unique<tcp::acceptor>(io_);
+  acceptor_ = std::make_unique<tcp::acceptor>(loops_[0]->io);
   acceptor_->open(tcp::v4(), ec);
   if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_->bind(tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0), ec);
@@ -350,7 +363,7 @@ Result<uint16_t> Proxy::Impl::ListenLoopback() {
   if (ec) return Error(ErrorCode::kIo, "proxy listen: " + ec.message());
   uint16_t port = acceptor_->local_endpoint().port();
   asio::co_spawn(
-      io_,
+      loops_[0]->io,
       [this]() -> awaitable<void> {
         for (;;) {
           auto [ec2, s] = co_await acceptor_->async_accept(kTok);
@@ -369,13 +382,15 @@ Result<uint16_t> Proxy::Impl::ListenLoopback() {
 void Proxy::Impl::Stop() {
   if (stopped_.exchange(true)) return;
   if (acceptor_) {
-    asio::post(io_, [this] {
+    asio::post(loops_[0]->io, [this] {
       error_code ec;
       acceptor_->close(ec);
     });
   }
-  work_.reset();
-  io_.stop();
+  for (auto& l : loops_) {
+    l->work.reset();
+    l->io.stop();
+  }
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
   }
@@ -515,6 +530,7 @@ awaitable<void> Proxy::Impl::WriteError(Client& client, int status, const std::s
 
 awaitable<void> Proxy::Impl::Session(GenericSocket sock) {
   beast::flat_buffer cbuf;
+  cbuf.reserve(kIoBuffer);  // read size = capacity (see UpstreamSlot)
   Origin plain;
   UpstreamSlot<TcpSocket> up;
   // Requests are read here so a CONNECT can take the socket over.

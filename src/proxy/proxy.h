@@ -25,7 +25,8 @@
 //     before the placeholder's bytes are written.
 //   - one trace record per request (trace.h).
 //
-// Threading: Start() runs `threads` event-loop threads; each connection runs on its own strand.
+// Threading: Start() runs `threads` single-threaded event loops; each connection lives on one of
+// them (round robin), so its handlers never hop between threads.
 // Serve() and Stop() may be called from any thread. The compromise callback runs on a proxy thread
 // and must not block for long (it marks the store and pauses the VM over QMP).
 #pragma once
