@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "base/strings.h"
+#include "base/subprocess.h"
 
 namespace cloister::proxy::testing {
 
@@ -37,10 +38,13 @@ std::string Head(int status, const std::map<std::string, std::string>& headers) 
   return h;
 }
 
+// The ALPN list the client offered in the handshake running on this thread.
+thread_local std::string tls_alpn_offered;
+
 template <class Stream>
 class Writer : public ResponseWriter {
  public:
-  explicit Writer(Stream& s) : s_(s) {}
+  Writer(Stream& s, beast::flat_buffer& buf) : s_(s), buf_(buf) {}
   bool Send(int status, const std::map<std::string, std::string>& headers,
             const std::string& body) override {
     return Write(Head(status, headers) + "Content-Length: " + std::to_string(body.size()) +
@@ -70,6 +74,24 @@ class Writer : public ResponseWriter {
     }
     return true;
   }
+  bool UpgradeEcho() override {
+    if (!Write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")) {
+      return false;
+    }
+    boost::system::error_code ec;
+    if (buf_.size() > 0) {
+      asio::write(s_, buf_.data(), ec);
+      buf_.consume(buf_.size());
+      if (ec) return false;
+    }
+    char b[16384];
+    for (;;) {
+      size_t n = s_.read_some(asio::buffer(b), ec);
+      if (ec) return true;
+      asio::write(s_, asio::buffer(b, n), ec);
+      if (ec) return true;
+    }
+  }
 
  private:
   bool Write(const std::string& data) {
@@ -78,6 +100,7 @@ class Writer : public ResponseWriter {
     return !ec;
   }
   Stream& s_;
+  beast::flat_buffer& buf_;
 };
 
 }  // namespace
@@ -108,7 +131,15 @@ class FakeUpstream::Impl {
     if (ca_) {
       SSL_CTX_set_cert_cb(ctx_.native_handle(), &Impl::CertCb, this);
       static const auto alpn = [](SSL*, const unsigned char** out, unsigned char* outlen,
-                                  const unsigned char*, unsigned int, void*) -> int {
+                                  const unsigned char* in, unsigned int inlen, void*) -> int {
+        tls_alpn_offered.clear();
+        for (unsigned i = 0; i < inlen;) {
+          unsigned len = in[i];
+          if (i + 1 + len > inlen) break;
+          if (!tls_alpn_offered.empty()) tls_alpn_offered += ",";
+          tls_alpn_offered.append(reinterpret_cast<const char*>(in + i + 1), len);
+          i += 1 + len;
+        }
         *out = reinterpret_cast<const unsigned char*>("http/1.1");
         *outlen = 8;
         return SSL_TLSEXT_ERR_OK;
@@ -128,6 +159,10 @@ class FakeUpstream::Impl {
   std::vector<SeenRequest> requests() {
     std::lock_guard<std::mutex> l(mu_);
     return seen_;
+  }
+  size_t connections() {
+    std::lock_guard<std::mutex> l(mu_);
+    return fds_.size();
   }
   bool WaitFor(size_t n, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> l(mu_);
@@ -161,17 +196,18 @@ class FakeUpstream::Impl {
     if (ca_) {
       ssl::stream<tcp::socket> tls(std::move(sock), ctx_);
       boost::system::error_code ec;
+      tls_alpn_offered.clear();
       tls.handshake(ssl::stream_base::server, ec);
       if (ec) return;
       const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
-      Loop(tls, sni ? sni : "");
+      Loop(tls, sni ? sni : "", tls_alpn_offered);
     } else {
-      Loop(sock, "");
+      Loop(sock, "", "");
     }
   }
 
   template <class Stream>
-  void Loop(Stream& s, const std::string& sni) {
+  void Loop(Stream& s, const std::string& sni, const std::string& alpn) {
     beast::flat_buffer buf;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -182,6 +218,7 @@ class FakeUpstream::Impl {
       auto& req = parser.get();
       SeenRequest seen;
       seen.sni = sni;
+      seen.alpn_offered = alpn;
       seen.method = std::string(req.method_string());
       seen.target = std::string(req.target());
       for (const auto& f : req) {
@@ -196,7 +233,7 @@ class FakeUpstream::Impl {
         seen_.push_back(seen);
         cv_.notify_all();
       }
-      Writer<Stream> w(s);
+      Writer<Stream> w(s, buf);
       handler_(seen, w);
       if (!keep) return;
     }
@@ -227,8 +264,62 @@ Result<std::unique_ptr<FakeUpstream>> FakeUpstream::Start(std::shared_ptr<CertAu
 FakeUpstream::~FakeUpstream() = default;
 
 std::vector<SeenRequest> FakeUpstream::requests() { return impl_->requests(); }
+size_t FakeUpstream::connections() { return impl_->connections(); }
 bool FakeUpstream::WaitForRequests(size_t n, std::chrono::milliseconds timeout) {
   return impl_->WaitFor(n, timeout);
+}
+
+namespace {
+
+// Runs `git http-backend` as a CGI for one request.
+void GitCgi(const std::string& root, const SeenRequest& r, ResponseWriter& w) {
+  std::string path = r.target.substr(0, r.target.find('?'));
+  std::string query = r.target.find('?') == std::string::npos ? "" : r.target.substr(r.target.find('?') + 1);
+  RunOptions o;
+  o.stdin_data = r.body;
+  o.env_set = {{"GIT_PROJECT_ROOT", root}, {"GIT_HTTP_EXPORT_ALL", "1"},
+               {"PATH_INFO", path}, {"QUERY_STRING", query},
+               {"REQUEST_METHOD", r.method}, {"CONTENT_TYPE", r.Header("content-type")},
+               {"CONTENT_LENGTH", std::to_string(r.body.size())},
+               {"HTTP_CONTENT_ENCODING", r.Header("content-encoding")},
+               {"GIT_PROTOCOL", r.Header("git-protocol")},
+               {"REMOTE_USER", "x-access-token"}, {"REMOTE_ADDR", "127.0.0.1"},
+               {"GIT_CONFIG_NOSYSTEM", "1"}, {"HOME", root}};
+  o.timeout = std::chrono::seconds(60);
+  auto out = RunProcess({"git", "http-backend"}, o);
+  if (!out.ok() || out->out.empty()) {
+    w.Send(500, {}, "cgi failed");
+    return;
+  }
+  size_t sep = out->out.find("\r\n\r\n");
+  size_t skip = 4;
+  if (sep == std::string::npos) {
+    sep = out->out.find("\n\n");
+    skip = 2;
+  }
+  std::map<std::string, std::string> headers;
+  int status = 200;
+  for (const std::string& line : Split(out->out.substr(0, sep), '\n')) {
+    std::string l = Trim(line);
+    size_t colon = l.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = l.substr(0, colon), value = Trim(l.substr(colon + 1));
+    if (ToLower(name) == "status") status = std::atoi(value.c_str());
+    else headers[name] = value;
+  }
+  w.Send(status, headers, out->out.substr(sep + skip));
+}
+
+}  // namespace
+
+Handler GitHttpBackend(const std::string& project_root, const std::string& authorization) {
+  return [project_root, authorization](const SeenRequest& r, ResponseWriter& w) {
+    if (r.Header("authorization") != authorization) {
+      w.Send(401, {{"WWW-Authenticate", "Basic realm=\"git\""}}, "auth required");
+      return;
+    }
+    GitCgi(project_root, r, w);
+  };
 }
 
 std::string WriteTempFile(const std::string& dir, const std::string& name,

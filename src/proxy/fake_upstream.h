@@ -21,6 +21,7 @@ namespace cloister::proxy::testing {
 
 struct SeenRequest {
   std::string sni;
+  std::string alpn_offered;  // the client's ALPN list, comma-separated ("" when none; TLS only)
   std::string method;
   std::string target;
   std::map<std::string, std::string> headers;  // lower-case names; repeated ones joined by ", "
@@ -42,6 +43,9 @@ class ResponseWriter {
   virtual bool End() = 0;
   // Writes `total` bytes of body with a Content-Length header, generated in pieces (bench).
   virtual bool SendBulk(int status, uint64_t total) = 0;
+  // Answers 101 (Upgrade: websocket) and then echoes every byte it reads, prefixed by nothing,
+  // until the client closes (a WebSocket server in miniature: bytes only, no framing).
+  virtual bool UpgradeEcho() = 0;
 };
 
 using Handler = std::function<void(const SeenRequest&, ResponseWriter&)>;
@@ -56,6 +60,8 @@ class FakeUpstream {
   uint16_t port() const { return port_; }
   std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::vector<SeenRequest> requests();
+  // Connections accepted so far (keep-alive reuse shows as fewer connections than requests).
+  size_t connections();
   // Waits until at least n requests were seen (bounded).
   bool WaitForRequests(size_t n, std::chrono::milliseconds timeout);
 
@@ -85,6 +91,12 @@ class Gate {
   std::condition_variable cv_;
   bool open_ = false;
 };
+
+// A git server over smart HTTP: `git http-backend` as a CGI per request, serving the bare
+// repositories under `project_root` (pushes need http.receivepack true in the repository). Every
+// request must carry exactly `authorization` (e.g. "Basic base64(x-access-token:REAL)"), else 401
+// with a Basic challenge, as GitHub answers.
+Handler GitHttpBackend(const std::string& project_root, const std::string& authorization);
 
 // Writes `content` to a new file in `dir` and returns its path.
 std::string WriteTempFile(const std::string& dir, const std::string& name, const std::string& content);

@@ -40,45 +40,6 @@ RunOptions GuestEnv(ProxyEnv& env, const std::string& home) {
   return o;
 }
 
-// Runs `git http-backend` as a CGI for one request.
-void GitCgi(const std::string& root, const SeenRequest& r, ResponseWriter& w) {
-  std::string path = r.target.substr(0, r.target.find('?'));
-  std::string query = r.target.find('?') == std::string::npos ? "" : r.target.substr(r.target.find('?') + 1);
-  RunOptions o;
-  o.stdin_data = r.body;
-  o.env_set = {{"GIT_PROJECT_ROOT", root}, {"GIT_HTTP_EXPORT_ALL", "1"},
-               {"PATH_INFO", path}, {"QUERY_STRING", query},
-               {"REQUEST_METHOD", r.method}, {"CONTENT_TYPE", r.Header("content-type")},
-               {"CONTENT_LENGTH", std::to_string(r.body.size())},
-               {"HTTP_CONTENT_ENCODING", r.Header("content-encoding")},
-               {"GIT_PROTOCOL", r.Header("git-protocol")},
-               {"REMOTE_USER", "x-access-token"}, {"REMOTE_ADDR", "127.0.0.1"},
-               {"GIT_CONFIG_NOSYSTEM", "1"}, {"HOME", root}};
-  o.timeout = std::chrono::seconds(60);
-  auto out = RunProcess({"git", "http-backend"}, o);
-  if (!out.ok() || out->out.empty()) {
-    w.Send(500, {}, "cgi failed");
-    return;
-  }
-  size_t sep = out->out.find("\r\n\r\n");
-  size_t skip = 4;
-  if (sep == std::string::npos) {
-    sep = out->out.find("\n\n");
-    skip = 2;
-  }
-  std::map<std::string, std::string> headers;
-  int status = 200;
-  for (const std::string& line : Split(out->out.substr(0, sep), '\n')) {
-    std::string l = Trim(line);
-    size_t colon = l.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = l.substr(0, colon), value = Trim(l.substr(colon + 1));
-    if (ToLower(name) == "status") status = std::atoi(value.c_str());
-    else headers[name] = value;
-  }
-  w.Send(status, headers, out->out.substr(sep + skip));
-}
-
 class ClientsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -112,13 +73,7 @@ TEST_F(ClientsTest, GitCloneAndPushOverHttps) {
   ASSERT_TRUE(git(srv + "/o/r.git", {"config", "http.receivepack", "true"}, plain)->success());
 
   const std::string real_basic = "Basic " + vault::Base64Encode("x-access-token:" + kRealGithub);
-  auto up = FakeUpstream::Start(env_.upstream_ca, [&](const SeenRequest& r, ResponseWriter& w) {
-    if (r.Header("authorization") != real_basic) {
-      w.Send(401, {{"WWW-Authenticate", "Basic realm=\"git\""}}, "auth required");
-      return;
-    }
-    GitCgi(srv, r, w);
-  });
+  auto up = FakeUpstream::Start(env_.upstream_ca, GitHttpBackend(srv, real_basic));
   ASSERT_TRUE(up.ok());
   env_.StartProxy({{"github.com:443", (*up)->Address()}});
 

@@ -3,7 +3,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
 #include <stdlib.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
 #include <filesystem>
 #include <mutex>
@@ -109,6 +115,86 @@ class ProxyEnv {
   uint16_t proxy_port = 0;
   std::mutex mu;
   std::vector<CompromiseEvent> events;
+};
+
+// A raw client through the proxy: CONNECT `connect_host`:443, then TLS trusting the proxy CA with
+// SNI `sni` and the given ALPN list, then whatever bytes the test writes (one TLS write each, so
+// a body can be split across records and chunks exactly where a test wants).
+class TunnelClient {
+ public:
+  TunnelClient(uint16_t proxy_port, const std::string& ca_file, const std::string& connect_host,
+               const std::string& sni, const std::string& alpn_wire = std::string("\x08http/1.1"))
+      : ctx_(boost::asio::ssl::context::tls_client), tls_(io_, ctx_) {
+    namespace asio = boost::asio;
+    boost::system::error_code ec;
+    ctx_.load_verify_file(ca_file, ec);
+    ctx_.set_verify_mode(asio::ssl::verify_peer, ec);
+    auto& sock = tls_.next_layer();
+    sock.connect({asio::ip::make_address("127.0.0.1"), proxy_port}, ec);
+    if (ec) return;
+    std::string req = "CONNECT " + connect_host + ":443 HTTP/1.1\r\nHost: " + connect_host +
+                      ":443\r\n\r\n";
+    asio::write(sock, asio::buffer(req), ec);
+    std::string head;
+    char c;
+    while (!ec && head.find("\r\n\r\n") == std::string::npos && head.size() < 4096) {
+      asio::read(sock, asio::buffer(&c, 1), ec);
+      if (!ec) head.push_back(c);
+    }
+    if (ec || head.rfind("HTTP/1.1 200", 0) != 0) return;
+    SSL* ssl = tls_.native_handle();
+    SSL_set_tlsext_host_name(ssl, sni.c_str());
+    SSL_set1_host(ssl, sni.c_str());
+    if (!alpn_wire.empty()) {
+      SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(alpn_wire.data()),
+                          static_cast<unsigned>(alpn_wire.size()));
+    }
+    tls_.handshake(asio::ssl::stream_base::client, ec);
+    ok_ = !ec;
+  }
+  bool ok() const { return ok_; }
+  // The ALPN protocol the proxy selected ("" if none).
+  std::string Alpn() {
+    const unsigned char* p = nullptr;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(tls_.native_handle(), &p, &len);
+    return std::string(reinterpret_cast<const char*>(p ? p : reinterpret_cast<const unsigned char*>("")), len);
+  }
+  bool Write(const std::string& data) {
+    boost::system::error_code ec;
+    boost::asio::write(tls_, boost::asio::buffer(data), ec);
+    return !ec;
+  }
+  // Reads one response (status 0 when none could be read).
+  boost::beast::http::response<boost::beast::http::string_body> Read() {
+    boost::beast::http::response_parser<boost::beast::http::string_body> p;
+    p.body_limit(boost::none);
+    boost::system::error_code ec;
+    boost::beast::http::read(tls_, buf_, p, ec);
+    auto res = p.release();
+    if (ec) res.result(0);
+    return res;
+  }
+  // After a 101: reads until `n` bytes arrived (or the stream ends).
+  std::string ReadRaw(size_t n) {
+    std::string got(static_cast<const char*>(buf_.data().data()), buf_.size());
+    buf_.consume(buf_.size());
+    char b[4096];
+    boost::system::error_code ec;
+    while (got.size() < n) {
+      size_t k = tls_.read_some(boost::asio::buffer(b), ec);
+      if (ec) break;
+      got.append(b, k);
+    }
+    return got;
+  }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::ssl::context ctx_;
+  boost::asio::ssl::stream<boost::asio::ip::tcp::socket> tls_;
+  boost::beast::flat_buffer buf_;
+  bool ok_ = false;
 };
 
 // An upstream that answers 200 "hello" to everything.
