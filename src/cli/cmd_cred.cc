@@ -6,31 +6,59 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
+#include <optional>
 
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "store/layout.h"
+#include "store/store.h"
 #include "vault/crypto.h"
 #include "vault/vault.h"
 
 namespace cloister::cli {
 namespace {
 
-// TODO(store): switch to store/layout.h names and the store's workspace lookup + lock once they
-// land on main; these mirror the layout the vm and store engineers agreed on.
-Result<vault::VaultLocation> Locate(Cli& cli, const std::string& name) {
-  if (name.empty() || name.size() > 64 || name.find('/') != std::string::npos || name[0] == '.') {
-    return Error(ErrorCode::kInvalidArgument, "invalid workspace name: " + name);
+// A workspace's vault, found through the store (store/layout.h names), and the locks a change
+// holds. Mutations (add, rm, policy --llm-body) take the workspace lock, as every mutating verb
+// does, so they never interleave with create/wipe-home/rm (which also write or delete the secrets
+// file). A running VM's supervisor holds the workspace lock for the VM's lifetime and only reads
+// the secrets file at boot; so while the VM runs a change goes ahead under the config lock alone
+// (it serialises concurrent `cred` writers) and takes effect at the next start. Reads (ls) take
+// no lock: the file is replaced atomically.
+struct VaultAccess {
+  vault::VaultLocation location;
+  std::optional<WorkspaceLock> workspace_lock;
+  std::unique_ptr<FileLock> config_lock;
+  bool running = false;  // the change applies at the next boot
+};
+
+Result<VaultAccess> OpenVaultAccess(Cli& cli, const std::string& name, bool mutate) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));
+  ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(name));
+  (void)config;  // exists and is readable
+  WorkspacePaths paths = store->Paths(name);
+  VaultAccess a;
+  a.location = vault::VaultLocation{JoinPath(store->root(), layout::kKeysDir), paths.secrets, name};
+  if (!mutate) return a;
+  Result<WorkspaceLock> lock = store->LockWorkspace(name);
+  if (lock.ok()) {
+    a.workspace_lock.emplace(std::move(lock).value());
+  } else if (lock.error().code() == ErrorCode::kBusy &&
+             store->State(name) == WorkspaceState::kRunning) {
+    a.running = true;
+  } else {
+    return lock.error();
   }
-  std::string root = cli.StoreRoot();
-  std::string ws = root + "/workspaces/" + name;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(ws, ec)) {
-    return Error(ErrorCode::kNotFound, "no workspace named " + name,
-                 "see `cloister ls`, or create it first");
+  ASSIGN_OR_RETURN(a.config_lock, store->env()->LockFile(paths.config_lock, /*wait=*/true));
+  return a;
+}
+
+void NoteRunning(Cli& cli, const VaultAccess& a, const std::string& name) {
+  if (a.running) {
+    cli.err() << "cloister: " << name << " is running; the change takes effect at its next start "
+              << "(`cloister reboot " << name << "`)\n";
   }
-  return vault::VaultLocation{root + "/keys", ws + "/" + vault::kSecretsFile, name};
 }
 
 // Reads one line from stdin without echo when it is a terminal.
@@ -187,7 +215,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
     add->callback([&cli, o] {
       auto run = [&]() -> Status {
         ASSIGN_OR_RETURN(vault::CredentialKind kind, vault::ParseKind(o->kind));
-        ASSIGN_OR_RETURN(vault::VaultLocation loc, Locate(cli, o->name));
+        ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, o->name, /*mutate=*/true));
         Result<vault::Credential> made = Error(ErrorCode::kInternal, "unset");
         if (kind == vault::CredentialKind::kAws) {
           if (!o->header.empty() || o->body) {
@@ -207,7 +235,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
           made = vault::MakeCredential(kind, std::move(value), o->hosts, o->header, o->body);
         }
         if (!made.ok()) return made.error();
-        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(loc));
+        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(access.location));
         vault::Credential c = std::move(made).value();
         ASSIGN_OR_RETURN(std::string ph, v.PlaceholderFor(c));
         std::string id = c.id;
@@ -216,6 +244,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
         RETURN_IF_ERROR(v.Save());
         cli.out() << "Added " << id << " for " << hosts << " to " << o->name << "\n"
                   << "The guest sees: " << ph << "\n";
+        NoteRunning(cli, access, o->name);
         return OkStatus();
       };
       if (Status st = run(); !st.ok()) cli.Fail(st.error());
@@ -230,8 +259,8 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
     ls->add_flag("--json", *json, "Print as JSON");
     ls->callback([&cli, name, json] {
       auto run = [&]() -> Status {
-        ASSIGN_OR_RETURN(vault::VaultLocation loc, Locate(cli, *name));
-        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(loc));
+        ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, *name, /*mutate=*/false));
+        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(access.location));
         nlohmann::json arr = nlohmann::json::array();
         for (const vault::Credential& c : v.credentials()) {
           ASSIGN_OR_RETURN(std::string ph, v.PlaceholderFor(c));
@@ -285,14 +314,15 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
         if (kind == vault::CredentialKind::kHeader && o->header.empty()) {
           return Error(ErrorCode::kInvalidArgument, "kind 'header' needs --header NAME");
         }
-        ASSIGN_OR_RETURN(vault::VaultLocation loc, Locate(cli, o->name));
-        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(loc));
+        ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, o->name, /*mutate=*/true));
+        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(access.location));
         std::string id = vault::CredentialId(kind, o->header);
         if (!v.Find(id)) RETURN_IF_ERROR(v.Remove(id));  // the kNotFound error with its hint
         RETURN_IF_ERROR(cli.Confirm("Remove credential " + id + " from " + o->name + "?", o->yes));
         RETURN_IF_ERROR(v.Remove(id));
         RETURN_IF_ERROR(v.Save());
         cli.out() << "Removed " << id << " from " << o->name << "\n";
+        NoteRunning(cli, access, o->name);
         return OkStatus();
       };
       if (Status st = run(); !st.ok()) cli.Fail(st.error());
@@ -311,14 +341,19 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
     pol->add_option("--llm-body", *llm_body, "flag or block");
     pol->callback([&cli, name, llm_body] {
       auto run = [&]() -> Status {
-        ASSIGN_OR_RETURN(vault::VaultLocation loc, Locate(cli, *name));
-        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(loc));
+        std::optional<vault::LlmBodyPolicy> set;
         if (!llm_body->empty()) {
           ASSIGN_OR_RETURN(vault::LlmBodyPolicy p, vault::ParseLlmBodyPolicy(*llm_body));
-          v.set_llm_body_policy(p);
+          set = p;
+        }
+        ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, *name, set.has_value()));
+        ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(access.location));
+        if (set) {
+          v.set_llm_body_policy(*set);
           RETURN_IF_ERROR(v.Save());
         }
         cli.out() << "llm-body: " << vault::LlmBodyPolicyName(v.llm_body_policy()) << "\n";
+        NoteRunning(cli, access, *name);
         return OkStatus();
       };
       if (Status st = run(); !st.ok()) cli.Fail(st.error());

@@ -5,8 +5,10 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "store/store.h"
 #include "vault/vault.h"
 
 namespace cloister::cli {
@@ -22,7 +24,16 @@ class CredCliTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/cloister-cred-XXXXXX";
     root_ = mkdtemp(tmpl);
-    std::filesystem::create_directories(root_ + "/workspaces/dev");
+    // A real workspace (the verbs find it through the store): a sparse base, a small home.
+    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
+    auto store = Store::Open(root_);
+    ASSERT_TRUE(store.ok());
+    CreateRequest req;
+    req.name = "dev";
+    req.image = root_ + "/base.raw";
+    req.home_size = 64 << 20;
+    auto created = (*store)->Create(req);
+    ASSERT_TRUE(created.ok()) << created.error().ToString();
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
@@ -76,6 +87,53 @@ TEST_F(CredCliTest, AddFromStdinListRemove) {
   EXPECT_NE(again.err.find("no credential anthropic"), std::string::npos);
 }
 
+TEST_F(CredCliTest, ChangesTakeTheWorkspaceLockAndUseTheStorePaths) {
+  auto store = Store::Open(root_);
+  ASSERT_TRUE(store.ok());
+  WorkspacePaths paths = (*store)->Paths("dev");
+  ASSERT_EQ(Run({"cred", "add", "dev", "anthropic"}, real_ + "\n").code, 0);
+  // The value went where the store says the secrets file is.
+  auto v = vault::Vault::Open({root_ + "/keys", paths.secrets, "dev"});
+  ASSERT_TRUE(v.ok());
+  ASSERT_NE(v->Find("anthropic"), nullptr);
+  std::ifstream f(paths.secrets, std::ios::binary);
+  std::string before(std::istreambuf_iterator<char>(f), {});
+
+  {
+    // Another mutating verb holds the workspace lock and no VM runs: every change is refused
+    // (busy) and the secrets file stays as it was; reading still works.
+    auto lock = (*store)->LockWorkspace("dev");
+    ASSERT_TRUE(lock.ok());
+    Outcome add = Run({"cred", "add", "dev", "openai"}, "sk-proj-abcdefghijklmnopqrstuvwxyz012345\n");
+    EXPECT_EQ(add.code, kExitError);
+    EXPECT_NE(add.err.find("busy"), std::string::npos) << add.err;
+    EXPECT_NE(Run({"cred", "rm", "dev", "anthropic", "-f"}).code, 0);
+    EXPECT_NE(Run({"cred", "policy", "dev", "--llm-body", "block"}).code, 0);
+    std::ifstream g(paths.secrets, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(g), {}), before);
+    Outcome ls = Run({"cred", "ls", "dev"});
+    EXPECT_EQ(ls.code, 0) << ls.err;
+    EXPECT_NE(ls.out.find("anthropic"), std::string::npos);
+    EXPECT_EQ(Run({"cred", "policy", "dev"}).out, "llm-body: flag\n");
+
+    // The lock is held by a running VM's supervisor (its pid file names a live process): the
+    // change is made under the config lock and applies at the next boot.
+    ASSERT_TRUE(Env::Default()->CreateDir(paths.run_dir, 0700).ok() ||
+                std::filesystem::is_directory(paths.run_dir));
+    ASSERT_TRUE(Env::Default()->WriteFile(paths.supervisor_pid, std::to_string(getpid())).ok());
+    Outcome running = Run({"cred", "add", "dev", "openai"},
+                          "sk-proj-abcdefghijklmnopqrstuvwxyz012345\n");
+    EXPECT_EQ(running.code, 0) << running.err;
+    EXPECT_NE(running.err.find("next start"), std::string::npos) << running.err;
+    std::filesystem::remove(paths.supervisor_pid);
+  }
+  auto after = vault::Vault::Open({root_ + "/keys", paths.secrets, "dev"});
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->Find("openai"), nullptr);
+  EXPECT_NE(after->Find("anthropic"), nullptr);
+  EXPECT_EQ(Run({"cred", "rm", "dev", "openai", "-f"}).code, 0);
+}
+
 TEST_F(CredCliTest, FromEnvAndHeaderKind) {
   setenv("CLOISTER_TEST_TOKEN", "tok_abcdefghijklmnop", 1);
   Outcome add = Run({"cred", "add", "dev", "header", "--header", "X-Api-Key", "--host",
@@ -95,7 +153,7 @@ TEST_F(CredCliTest, ErrorsAreClear) {
   EXPECT_NE(kind.err.find("unknown credential kind"), std::string::npos);
   Outcome nows = Run({"cred", "add", "nope", "anthropic"}, real_);
   EXPECT_EQ(nows.code, kExitError);
-  EXPECT_NE(nows.err.find("no workspace named nope"), std::string::npos);
+  EXPECT_NE(nows.err.find("no workspace named 'nope'"), std::string::npos);
   // There is no way to pass the value in argv.
   EXPECT_EQ(Run({"cred", "add", "dev", "anthropic", real_}).code, kExitUsage);
 }

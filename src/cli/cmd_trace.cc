@@ -1,26 +1,22 @@
 // cloister trace ls|summary|leaks NAME: the proxy's per-workspace request log (src/proxy/trace.h).
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "proxy/trace.h"
+#include "store/store.h"
 
 namespace cloister::cli {
 namespace {
 
-// TODO(store): use store/layout.h and the store's workspace lookup once they are on main.
+// The workspace's trace log (store/layout.h: kTraceLogFile), through the store. Read only: the
+// proxy appends whole lines with O_APPEND, so no lock is needed to read it.
 Result<std::string> TraceFile(Cli& cli, const std::string& name) {
-  if (name.empty() || name.size() > 64 || name.find('/') != std::string::npos || name[0] == '.') {
-    return Error(ErrorCode::kInvalidArgument, "invalid workspace name: " + name);
-  }
-  std::string ws = cli.StoreRoot() + "/workspaces/" + name;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(ws, ec)) {
-    return Error(ErrorCode::kNotFound, "no workspace named " + name, "see `cloister ls`");
-  }
-  return ws + "/" + proxy::kTraceFile;
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));
+  ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(name));
+  (void)config;
+  return store->Paths(name).trace_log;
 }
 
 std::string Time(int64_t ms) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "store/store.h"
 #include "proxy/trace.h"
 
 namespace cloister::cli {
@@ -14,7 +15,16 @@ class TraceCliTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/cloister-tracecli-XXXXXX";
     root_ = mkdtemp(tmpl);
-    std::filesystem::create_directories(root_ + "/workspaces/dev");
+    // A real workspace (the verbs find it through the store): a sparse base, a small home.
+    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
+    auto store = Store::Open(root_);
+    ASSERT_TRUE(store.ok());
+    CreateRequest req;
+    req.name = "dev";
+    req.image = root_ + "/base.raw";
+    req.home_size = 64 << 20;
+    auto created = (*store)->Create(req);
+    ASSERT_TRUE(created.ok()) << created.error().ToString();
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
   int Run(std::vector<std::string> args, std::string* out) {
