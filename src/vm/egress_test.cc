@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "base/subprocess.h"
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
+#include "proxy/trace.h"
 #include "vault/credential.h"
 #include "vault/vault.h"
 
@@ -215,6 +217,78 @@ TEST_F(EgressTest, AwsPlaceholdersAndSshFilesReachTheGuestAndTheTokenPlaceholder
   EXPECT_TRUE((*e)->compromised());
   EXPECT_TRUE((*fake)->requests().empty());
   (*e)->Stop();
+}
+
+// The per-workspace switch (`cloister cred policy NAME --llm-body flag|block`, kept in the vault)
+// reaches the supervisor's proxy: a placeholder in the body of a request to an LLM provider is
+// forwarded and flagged under `flag`, refused and tripped under `block`.
+TEST_F(EgressTest, LlmBodyPolicyFromTheVaultIsWhatTheProxyApplies) {
+  for (vault::LlmBodyPolicy policy : {vault::LlmBodyPolicy::kFlag, vault::LlmBodyPolicy::kBlock}) {
+    SCOPED_TRACE(vault::LlmBodyPolicyName(policy));
+    fs::remove(opts_.secrets_file);
+    fs::remove(opts_.trace_log);
+    {
+      auto v = vault::Vault::Open({opts_.keys_dir, opts_.secrets_file, "ws"}, vault::KeyBackend::kFile);
+      ASSERT_TRUE(v.ok());
+      auto a = vault::MakeCredential(vault::CredentialKind::kAnthropic, kReal, {}, "", false);
+      auto gh = vault::MakeCredential(vault::CredentialKind::kGithub,
+                                      "ghp_REALGITHUBSECRET0123456789abcdefgh", {}, "", false);
+      ASSERT_TRUE(a.ok() && gh.ok());
+      v->Put(*a);
+      v->Put(*gh);
+      v->set_llm_body_policy(policy);
+      ASSERT_TRUE(v->Save().ok());
+    }
+    auto fake = proxy::testing::FakeUpstream::Start(
+        nullptr, [](const proxy::testing::SeenRequest&, proxy::testing::ResponseWriter& w) {
+          w.Send(200, {{"content-type", "text/plain"}}, "ok");
+        });
+    ASSERT_TRUE(fake.ok());
+    EgressOptions o = opts_;
+    o.resolve = {{"api.anthropic.com:80", (*fake)->Address()}};
+    o.resolve_only = true;
+    std::vector<proxy::CompromiseEvent> events;
+    std::mutex mu;
+    o.on_compromise = [&](const proxy::CompromiseEvent& ev) {
+      std::lock_guard<std::mutex> l(mu);
+      events.push_back(ev);
+    };
+    auto e = Egress::Start(o);
+    ASSERT_TRUE(e.ok()) << e.error().ToString();
+    const std::string gh_ph = (*e)->guest().env.at("GH_TOKEN");
+    std::string body = "{\"messages\":[{\"content\":\"cat ~/.git-credentials: " + gh_ph + "\"}]}";
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    (*e)->Serve(sv[0]);
+    std::string req = "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n"
+                      "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    ASSERT_EQ(write(sv[1], req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(sv[1], buf, sizeof buf)) > 0) got.append(buf, n);
+    close(sv[1]);
+    (*e)->Stop();
+    auto trace = proxy::ReadTrace(opts_.trace_log);
+    ASSERT_TRUE(trace.ok());
+    ASSERT_EQ(trace->size(), 1u);
+    ASSERT_EQ((*trace)[0].leaks.size(), 1u);
+    EXPECT_EQ((*trace)[0].leaks[0].credential, "github");
+    if (policy == vault::LlmBodyPolicy::kFlag) {
+      EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 200") << got;
+      ASSERT_EQ((*fake)->requests().size(), 1u);
+      EXPECT_EQ((*fake)->requests()[0].body, body);
+      EXPECT_EQ((*trace)[0].leaks[0].action, "flagged");
+      EXPECT_TRUE(events.empty());
+    } else {
+      EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 451") << got;
+      EXPECT_TRUE((*fake)->requests().empty());
+      EXPECT_EQ((*trace)[0].leaks[0].action, "blocked");
+      ASSERT_EQ(events.size(), 1u);
+      EXPECT_EQ(events[0].credential, "github");
+      EXPECT_EQ(events[0].host, "api.anthropic.com");
+    }
+  }
 }
 
 }  // namespace
