@@ -332,7 +332,7 @@ kill $bg; rm -f $R $P
   EXPECT_NE(blocked.out.find("BLOCKED"), std::string::npos) << blocked.out;
   EXPECT_NE(blocked.out.find("evil.example"), std::string::npos) << blocked.out;
   auto ls = Cloister({"ls", "--json"});
-  EXPECT_NE(ls.out.find("\"compromised\":true"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("\"compromised\": true"), std::string::npos) << ls.out;
 
   ASSERT_EQ(Cloister({"stop", "ws", "--force"}).exit_code, 0);
   auto again = Cloister({"start", "ws", "--accel", "tcg"});
