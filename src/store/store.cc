@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "base/pid_file.h"
 #include "base/strings.h"
 #include "store/image_ref.h"
 #include "store/mac.h"
@@ -249,17 +250,11 @@ Result<WorkspaceLock> Store::LockWorkspace(const std::string& name) {
 }
 
 WorkspaceState Store::State(const std::string& name) {
-  WorkspacePaths p = Paths(name);
-  Result<FileInfo> info = env_->Stat(p.supervisor_pid);
-  if (!info.ok() || !info->exists) return WorkspaceState::kStopped;
-  Result<std::string> text = env_->ReadFile(p.supervisor_pid, 64);
-  if (!text.ok()) return WorkspaceState::kBroken;
-  char* end = nullptr;
-  std::string t = Trim(*text);
-  long pid = std::strtol(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || pid <= 1) return WorkspaceState::kBroken;
-  if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) return WorkspaceState::kRunning;
-  return WorkspaceState::kBroken;
+  // The supervisor holds an OFD lock on its pid file for its whole life (base/pid_file.h, the same
+  // derivation as vm/state.h): a pid recycled by an unrelated process never reads as running.
+  PidFileState pid_file = ReadPidFile(Paths(name).supervisor_pid);
+  if (!pid_file.exists) return WorkspaceState::kStopped;
+  return pid_file.held ? WorkspaceState::kRunning : WorkspaceState::kBroken;
 }
 
 Status Store::RequireStopped(const std::string& name, const char* verb) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/pid_file.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
 #include "store/image_ref.h"
@@ -219,16 +220,23 @@ TEST_F(StoreTest, RunningWorkspaceRefusesDisposal) {
   MustCreate("dev");
   WorkspacePaths p = store_->Paths("dev");
   ASSERT_TRUE(Env::Default()->CreateDirs(p.run_dir).ok());
-  ASSERT_TRUE(Env::Default()->WriteFile(p.supervisor_pid, std::to_string(getpid()) + "\n").ok());
+  // A live supervisor holds the pid file's lock (base/pid_file.h).
+  auto held = ClaimPidFile(p.supervisor_pid);
+  ASSERT_TRUE(held.ok()) << held.error().ToString();
   EXPECT_EQ(store_->State("dev"), WorkspaceState::kRunning);
   Status s = store_->Reset("dev");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(s.error().hint().find("cloister stop dev"), std::string::npos);
-  // A stale pid is "broken", not running.
-  ASSERT_TRUE(Env::Default()->WriteFile(p.supervisor_pid, "999999999\n").ok());
+  close(*held);
+  // The supervisor died: its pid (still alive here, as a recycled pid would be) does not count.
+  ASSERT_EQ(*Env::Default()->ReadFile(p.supervisor_pid), std::to_string(getpid()) + "\n");
   EXPECT_EQ(store_->State("dev"), WorkspaceState::kBroken);
   EXPECT_TRUE(store_->Reset("dev").ok());
+  // A pid file naming a live process that never held the lock: not running either.
+  ASSERT_TRUE(Env::Default()->WriteFile(p.supervisor_pid, "1\n").ok());
+  EXPECT_EQ(store_->State("dev"), WorkspaceState::kBroken);
+  EXPECT_TRUE(store_->WipeHome("dev").ok());
 }
 
 TEST_F(StoreTest, ResetDropsSystemDiskKeepsHomeAndReclonesAtStart) {
