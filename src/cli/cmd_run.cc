@@ -55,7 +55,9 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name (default: a fresh workspace)");
   cmd->add_flag("--rm", o->rm, "Delete the workspace when its VM stops");
-  cmd->add_flag("-d,--detach", o->detach, "Start it and return (no command, no attach)");
+  cmd->add_flag("-d,--detach", o->detach,
+                "Start it and return once QEMU runs, printing NAME (no command, no attach; the "
+                "boot goes on in the background)");
   cmd->add_option("-v,--volume", o->volumes,
                   "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created)");
   cmd->add_option("--image", o->image, "Base image for a new workspace");
@@ -145,6 +147,7 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     sigaction(SIGHUP, &sa, &old_hup);
     vm::StartOptions start;
     start.accel = *mode;
+    start.detach = o->detach;
     Status st = vm::StartWorkspace(store, o->name, start, cli.err());
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);

@@ -1,5 +1,8 @@
-// `cloister start NAME [--accel auto|kvm|tcg]`: boots the workspace's VM (or resumes a suspended
-// one) and returns once the guest agent reports a working terminal.
+// `cloister start NAME [-d] [--accel auto|kvm|tcg]`: boots the workspace's VM (or resumes a
+// suspended one). Without -d it shows the boot's progress and returns once the guest agent reports
+// a working terminal (like `limactl start`); with -d it returns as soon as the supervisor has QEMU
+// running, ready or not (like `docker start`/`run -d`), printing NAME; `cloister ls` then shows
+// booting, running, or the failure with the boot log.
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -10,17 +13,23 @@ namespace cloister::cli {
 
 void AddStartCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand(
-      "start", "Start a workspace's VM (resumes it if it was suspended); returns when it is ready");
+      "start",
+      "Start a workspace's VM (resumes it if it was suspended); returns when it is ready, or with "
+      "-d as soon as QEMU runs");
   struct Opts {
     std::string name;
     std::string accel = "auto";
     int ready_timeout = 600;
+    bool detach = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name")->required();
   cmd->add_option("--accel", o->accel,
                   "auto (KVM where it can run a stock kernel, else TCG), kvm or tcg")
       ->default_str("auto");
+  cmd->add_flag("-d,--detach", o->detach,
+                "Return once QEMU runs, without waiting for the guest agent (the boot goes on in "
+                "the background; `cloister ls` shows when it is running)");
   cmd->add_option("--ready-timeout", o->ready_timeout, "Seconds to wait for the guest agent")
       ->default_str("600");
   cmd->callback([&cli, o] {
@@ -32,8 +41,14 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
     vm::StartOptions so;
     so.accel = *mode;
     so.ready_timeout = std::chrono::seconds(o->ready_timeout);
+    so.detach = o->detach;
     if (Status st = vm::StartWorkspace(**store, o->name, so, cli.err()); !st.ok()) {
       return (void)cli.Fail(st.error());
+    }
+    if (o->detach) {
+      cli.err() << "cloister: " << o->name << " is booting in the background (`cloister ls`)\n";
+      cli.out() << o->name << "\n";
+      return;
     }
     cli.err() << "cloister: " << o->name << " is running\n";
   });

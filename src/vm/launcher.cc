@@ -72,6 +72,11 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
       progress << "cloister: " << name << " is already running\n";
       return OkStatus();
     case VmState::kBooting:
+      if (options.detach) {
+        progress << "cloister: " << name << " is already booting\n";
+        return OkStatus();
+      }
+      [[fallthrough]];
     case VmState::kStopping:
     case VmState::kSuspending:
       return Error(ErrorCode::kBusy, name + " is " + VmStateName(status.state),
@@ -127,6 +132,13 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
       buf.erase(0, nl + 1);
       if (StartsWith(line, "stage ")) {
         progress << "cloister: " << line.substr(6) << "\n" << std::flush;
+      } else if (StartsWith(line, "launched")) {
+        if (options.detach) {
+          // QEMU runs and the channel is connected: the rest of the boot is the supervisor's.
+          // (Closing our end makes its later progress writes fail quietly.)
+          close(pipefd[0]);
+          return OkStatus();
+        }
       } else {
         final_line = line;
       }

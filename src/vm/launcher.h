@@ -17,10 +17,15 @@ struct StartOptions {
   AccelMode accel = AccelMode::kAuto;
   std::chrono::seconds ready_timeout{600};
   bool sandbox = true;
+  // Return as soon as the supervisor has QEMU running (its channel connected), without waiting
+  // for the guest agent's READY (`start -d`, `run -d`). The boot then goes on in the background:
+  // `ls`/`describe` show booting, then running (or the failure, with the boot log).
+  bool detach = false;
 };
 
-// Starts NAME's VM and returns once the guest agent is ready (or the resumed VM runs). Prints
-// boot stages on `progress` ("cloister: STAGE"). Already running: returns OK with a note.
+// Starts NAME's VM and returns once the guest agent is ready (or the resumed VM runs), or with
+// options.detach once QEMU runs. Prints boot stages on `progress` ("cloister: STAGE"). Already
+// running (or booting, with detach): returns OK with a note.
 // Refuses a compromised workspace (hint: `cloister wipe NAME`). On failure the error names the
 // boot log.
 Status StartWorkspace(Store& store, const std::string& name, const StartOptions& options,

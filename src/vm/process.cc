@@ -61,7 +61,7 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (options.gid) {
-      if (setgroups(0, nullptr) != 0 || setresgid(*options.gid, *options.gid, *options.gid) != 0) {
+      if (setgroups(options.groups.size(), options.groups.empty() ? nullptr : options.groups.data()) != 0 || setresgid(*options.gid, *options.gid, *options.gid) != 0) {
         _exit(126);
       }
     }

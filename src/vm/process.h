@@ -18,8 +18,9 @@ struct SpawnOptions {
   std::string stderr_path;  // appended to; empty: same as stdout
   bool die_with_parent = false;  // PR_SET_PDEATHSIG(SIGKILL): never outlives the caller thread
   bool new_session = false;      // setsid()
-  std::optional<uid_t> uid;      // drop to this uid/gid (and no supplementary groups) before exec
+  std::optional<uid_t> uid;      // drop to this uid/gid before exec
   std::optional<gid_t> gid;
+  std::vector<gid_t> groups;     // supplementary groups after the drop (default: none)
   std::vector<int> keep_fds;     // extra fds inherited at the same numbers (CLOEXEC cleared)
 };
 

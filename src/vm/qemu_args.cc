@@ -57,6 +57,21 @@ void AddDisk(std::vector<std::string>& argv, const std::string& node, const Disk
   std::string file = "driver=file,node-name=" + node + "-file,filename=" +
                      QemuOptEscape(disk.path);
   std::string fmt = "driver=" + disk.format + ",node-name=" + node + ",file=" + node + "-file";
+  if (disk.backing && !disk.backing->empty()) {
+    // Bottom-up, each layer read-only, named NODE-lI (l0 = the top's backing).
+    const std::vector<DiskSpec>& layers = *disk.backing;
+    for (size_t i = layers.size(); i-- > 0;) {
+      std::string ln = node + "-l" + std::to_string(i);
+      std::string lf = "driver=" + layers[i].format + ",node-name=" + ln + ",file=" + ln +
+                       "-file,read-only=on";
+      if (i + 1 < layers.size()) lf += ",backing=" + node + "-l" + std::to_string(i + 1);
+      argv.insert(argv.end(), {"-blockdev",
+                               "driver=file,node-name=" + ln + "-file,filename=" +
+                                   QemuOptEscape(layers[i].path) + ",read-only=on",
+                               "-blockdev", lf});
+    }
+    fmt += ",backing=" + node + "-l0";
+  }
   if (read_only) {
     file += ",read-only=on";
     fmt += ",read-only=on";
@@ -84,8 +99,22 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   RETURN_IF_ERROR(CheckPath("system disk", spec.system_disk.path));
   RETURN_IF_ERROR(CheckPath("home disk", spec.home_disk.path));
   RETURN_IF_ERROR(CheckPath("metadata disk", spec.meta_disk));
-  RETURN_IF_ERROR(CheckPath("channel socket", spec.channel_socket));
-  RETURN_IF_ERROR(CheckPath("QMP socket", spec.qmp_socket));
+  if (spec.channel_listen_fd < 0) RETURN_IF_ERROR(CheckPath("channel socket", spec.channel_socket));
+  if (spec.qmp_listen_fd < 0) RETURN_IF_ERROR(CheckPath("QMP socket", spec.qmp_socket));
+  for (const DiskSpec* d : {&spec.system_disk, &spec.home_disk}) {
+    if (!d->backing) continue;
+    if (d->format != "qcow2" && !d->backing->empty()) {
+      return Error(ErrorCode::kInvalidArgument, "VM spec: a raw disk has no backing layers");
+    }
+    for (size_t i = 0; i < d->backing->size(); ++i) {
+      const DiskSpec& l = (*d->backing)[i];
+      RETURN_IF_ERROR(CheckPath("backing layer", l.path));
+      RETURN_IF_ERROR(CheckFormat(l));
+      if (l.format != "qcow2" && i + 1 < d->backing->size()) {
+        return Error(ErrorCode::kInvalidArgument, "VM spec: a raw layer has no backing layers");
+      }
+    }
+  }
   RETURN_IF_ERROR(CheckPath("console log", spec.console_log));
   RETURN_IF_ERROR(CheckFormat(spec.system_disk));
   RETURN_IF_ERROR(CheckFormat(spec.home_disk));
@@ -103,6 +132,10 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   }
 
   std::vector<std::string> argv = {spec.qemu_binary};
+  for (const FdSetEntry& e : spec.fd_sets) {
+    if (e.fd < 0 || e.set < 0) return Error(ErrorCode::kInvalidArgument, "VM spec: bad fd set entry");
+    argv.insert(argv.end(), {"-add-fd", "fd=" + std::to_string(e.fd) + ",set=" + std::to_string(e.set)});
+  }
   argv.insert(argv.end(), {"-name", QemuOptEscape("cloister-" + spec.name) + ",debug-threads=on",
                            "-nodefaults", "-no-user-config", "-vga", "none",
                            "-display", "none", "-no-reboot"});
@@ -117,19 +150,24 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   // Disks in the contract's order: vda, vdb, vdc (virtio-blk names follow PCI order).
   AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true);
   AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true);
-  AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw"}, /*read_only=*/true, /*discard=*/false);
+  AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw", std::nullopt}, /*read_only=*/true, /*discard=*/false);
   argv.insert(argv.end(), {"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device",
                            "virtio-rng-pci,rng=rng0"});
   // SECURITY: restrict=on isolates the guest from the host and the outside; no hostfwd/guestfwd.
   argv.insert(argv.end(), {"-netdev", "user,id=net0,restrict=on", "-device",
                            "virtio-net-pci,netdev=net0,mac=" + spec.mac});
+  auto listener = [](int fd, const std::string& path) {
+    return fd >= 0 ? "fd=" + std::to_string(fd) : "path=" + QemuOptEscape(path);
+  };
   argv.insert(argv.end(),
               {"-device", "virtio-serial-pci,id=vser0", "-chardev",
-               "socket,id=channel,path=" + QemuOptEscape(spec.channel_socket) + ",server=on,wait=off",
+               "socket,id=channel," + listener(spec.channel_listen_fd, spec.channel_socket) +
+                   ",server=on,wait=off",
                "-device",
                std::string("virtserialport,bus=vser0.0,chardev=channel,name=") + kChannelPortName});
   argv.insert(argv.end(), {"-chardev",
-                           "socket,id=qmp,path=" + QemuOptEscape(spec.qmp_socket) + ",server=on,wait=off",
+                           "socket,id=qmp," + listener(spec.qmp_listen_fd, spec.qmp_socket) +
+                               ",server=on,wait=off",
                            "-mon", "chardev=qmp,mode=control"});
   argv.insert(argv.end(), {"-chardev",
                            "file,id=console,path=" + QemuOptEscape(spec.console_log) + ",append=on",

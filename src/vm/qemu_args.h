@@ -7,6 +7,7 @@
 // console appended to a log file, no display, no default devices, and QEMU's seccomp sandbox.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,16 @@ inline constexpr char kMetaNode[] = "meta";
 struct DiskSpec {
   std::string path;
   std::string format = "qcow2";  // "qcow2" or "raw"
+  // The layers under `path`, top-down (path's backing first), each opened read-only. Set: QEMU
+  // gets the whole chain as explicit -blockdev nodes (NODE-l0 is the top's backing) and never
+  // opens a backing file named in a qcow2 header; nullopt: QEMU follows the headers itself.
+  std::optional<std::vector<DiskSpec>> backing;
+};
+
+// An inherited fd QEMU should put in an fd set (`-add-fd`): a path "/dev/fdset/SET" then names it.
+struct FdSetEntry {
+  int fd = -1;
+  int set = 0;
 };
 
 struct ShareSpec {
@@ -46,6 +57,11 @@ struct VmSpec {
   std::string mac;        // 52:54:00:xx:xx:xx
   std::string channel_socket;
   std::string qmp_socket;
+  // Listening sockets the caller made and passes to QEMU (then the paths above are unused by
+  // QEMU): an unprivileged QEMU need not create anything in the run directory.
+  int channel_listen_fd = -1;
+  int qmp_listen_fd = -1;
+  std::vector<FdSetEntry> fd_sets;
   std::string console_log;
   std::vector<ShareSpec> shares;
   bool incoming_defer = false;  // resume from a suspend state (migrate-incoming over QMP)

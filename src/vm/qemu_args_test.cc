@@ -12,8 +12,8 @@ VmSpec Spec() {
   s.name = "ws1";
   s.kernel = "/img/vmlinuz";
   s.initrd = "/img/initrd.img";
-  s.system_disk = {"/ws/disk.qcow2", "qcow2"};
-  s.home_disk = {"/ws/home.img", "raw"};
+  s.system_disk = {"/ws/disk.qcow2", "qcow2", std::nullopt};
+  s.home_disk = {"/ws/home.img", "raw", std::nullopt};
   s.meta_disk = "/ws/run/meta.img";
   s.mac = "52:54:00:12:34:56";
   s.channel_socket = "/ws/run/channel.sock";
@@ -100,6 +100,44 @@ TEST(QemuArgsTest, ChannelQmpConsoleSockets) {
   EXPECT_TRUE(Has(chardevs, "file,id=console,path=/ws/console.log,append=on"));
   EXPECT_TRUE(Has(Values(*argv, "-device"),
                   "virtserialport,bus=vser0.0,chardev=channel,name=org.cloister.channel.0"));
+}
+
+// An unprivileged QEMU opens nothing by path: inherited fds in fd sets, passed listening sockets,
+// and the backing chain spelled out so no qcow2 header names a file QEMU would open.
+TEST(QemuArgsTest, PassedFdsSocketsAndExplicitBackingChain) {
+  VmSpec s = Spec();
+  s.fd_sets = {{7, 1}, {8, 1}, {9, 2}};
+  s.qmp_listen_fd = 11;
+  s.channel_listen_fd = 12;
+  s.system_disk = {"/dev/fdset/1", "qcow2",
+                   std::vector<DiskSpec>{{"/dev/fdset/3", "qcow2", std::nullopt},
+                                         {"/dev/fdset/4", "raw", std::nullopt}}};
+  s.home_disk = {"/dev/fdset/2", "qcow2", std::vector<DiskSpec>{}};
+  auto argv = BuildQemuArgv(s);
+  ASSERT_TRUE(argv.ok()) << argv.error().ToString();
+  EXPECT_EQ(Values(*argv, "-add-fd"),
+            (std::vector<std::string>{"fd=7,set=1", "fd=8,set=1", "fd=9,set=2"}));
+  auto chardevs = Values(*argv, "-chardev");
+  EXPECT_TRUE(Has(chardevs, "socket,id=qmp,fd=11,server=on,wait=off"));
+  EXPECT_TRUE(Has(chardevs, "socket,id=channel,fd=12,server=on,wait=off"));
+  auto blockdevs = Values(*argv, "-blockdev");
+  EXPECT_TRUE(Has(blockdevs, "driver=raw,node-name=system-l1,file=system-l1-file,read-only=on"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=system-l1-file,filename=/dev/fdset/4,read-only=on"));
+  EXPECT_TRUE(Has(blockdevs,
+                  "driver=qcow2,node-name=system-l0,file=system-l0-file,read-only=on,backing=system-l1"));
+  EXPECT_TRUE(Has(blockdevs, "driver=qcow2,node-name=system,file=system-file,backing=system-l0,"
+                             "discard=unmap,detect-zeroes=unmap"));
+  // Lower layers come before the nodes that reference them.
+  auto pos = [&](const std::string& v) { return std::find(argv->begin(), argv->end(), v) - argv->begin(); };
+  EXPECT_LT(pos("driver=raw,node-name=system-l1,file=system-l1-file,read-only=on"),
+            pos("driver=qcow2,node-name=system-l0,file=system-l0-file,read-only=on,backing=system-l1"));
+  // An empty known chain: no backing option at all (the header names none).
+  EXPECT_TRUE(Has(blockdevs, "driver=qcow2,node-name=home,file=home-file,discard=unmap,detect-zeroes=unmap"));
+  for (const auto& a : *argv) {
+    EXPECT_EQ(a.find(".sock"), std::string::npos) << a;  // QEMU creates no socket file
+  }
+  s.system_disk.backing->push_back({"/dev/fdset/5", "qcow2", std::nullopt});  // under a raw layer
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
 }
 
 TEST(QemuArgsTest, AccelSelectsMachine) {

@@ -32,6 +32,7 @@
 #include "vm/egress.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
+#include "vm/qemu_access.h"
 #include "vm/qemu_args.h"
 #include "vm/qmp.h"
 #include "vm/ssh_confirm.h"
@@ -94,6 +95,7 @@ class Supervisor {
   Status Resume();
   void Handle(Action action);
   Status TakeProvenBootCheckpoint();
+  Result<std::string> PassToQmp(const std::string& path);
   Status Suspend();
   void Cleanup();
   void GuestPoweroff();
@@ -307,32 +309,66 @@ Status Supervisor::Boot(bool resume) {
   spec.accel = opts_.accel;
   spec.cpus = static_cast<int>(config_.cpus);
   spec.memory_mib = static_cast<int>(config_.memory_mib);
-  spec.kernel = kernel.kernel;
-  spec.initrd = kernel.initrd;
-  spec.system_disk = {disks.system.path, layout::DiskFormatName(disks.system.format)};
-  spec.home_disk = {disks.home.path, layout::DiskFormatName(disks.home.format)};
-  spec.meta_disk = paths_.meta_disk;
+  // SECURITY: QEMU opens no file by path (vm/qemu_access.h): every file and socket it needs is an
+  // fd we pass, and as root it runs under the workspace's own unprivileged uid.
+  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityFor(config_.mac, opts_.accel == Accel::kKvm));
+  QemuFds fds;
+  const std::vector<std::string> allowed_dirs = {paths_.workspace_dir};
+  const std::vector<std::string> allowed_files = {config_.image.path};
+  auto pass_disk = [&](const LiveDisk& d) -> Result<DiskSpec> {
+    std::string fmt = layout::DiskFormatName(d.format);
+    ASSIGN_OR_RETURN(std::vector<DiskSpec> chain,
+                     ReadBackingChain(d.path, fmt, allowed_dirs, allowed_files));
+    for (DiskSpec& layer : chain) {
+      ASSIGN_OR_RETURN(layer.path, fds.AddToFdSet(layer.path, O_RDONLY));
+    }
+    ASSIGN_OR_RETURN(std::string top, fds.AddToFdSet(d.path, O_RDWR));
+    return DiskSpec{top, fmt, std::move(chain)};
+  };
+  ASSIGN_OR_RETURN(spec.system_disk, pass_disk(disks.system));
+  ASSIGN_OR_RETURN(spec.home_disk, pass_disk(disks.home));
+  ASSIGN_OR_RETURN(spec.meta_disk, fds.AddToFdSet(paths_.meta_disk, O_RDONLY));
+  ASSIGN_OR_RETURN(spec.kernel, fds.AddProcPath(kernel.kernel, O_RDONLY, ident.drop));
+  ASSIGN_OR_RETURN(spec.initrd, fds.AddProcPath(kernel.initrd, O_RDONLY, ident.drop));
+  for (ShareSpec& share : spec.shares) {
+    // 9p serves the folder relative to this directory fd; what QEMU's uid may do inside it is
+    // what the folder's permissions give that uid.
+    ASSIGN_OR_RETURN(share.host_path, fds.AddProcPath(share.host_path, O_RDONLY | O_DIRECTORY, false));
+  }
   spec.mac = config_.mac;
   spec.channel_socket = paths_.channel_socket;
   spec.qmp_socket = paths_.qmp_socket;
-  spec.console_log = paths_.console_log;
+  {
+    // A fresh log per boot; a resumed VM continues the same boot's log.
+    int fd = open(paths_.console_log.c_str(),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0640);
+    if (fd < 0) return ErrnoError("create " + paths_.console_log, errno);
+    close(fd);
+  }
+  ASSIGN_OR_RETURN(spec.console_log, fds.AddToFdSet(paths_.console_log, O_WRONLY | O_APPEND));
+  ASSIGN_OR_RETURN(int qmp_listen, ListenUnix(paths_.qmp_socket));
+  spec.qmp_listen_fd = fds.AddListener(qmp_listen);
+  ASSIGN_OR_RETURN(int channel_listen, ListenUnix(paths_.channel_socket));
+  spec.channel_listen_fd = fds.AddListener(channel_listen);
+  spec.fd_sets = fds.fd_sets();
   spec.incoming_defer = resume;
   spec.sandbox = opts_.sandbox;
   ASSIGN_OR_RETURN(std::vector<std::string> argv, BuildQemuArgv(spec));
-  if (!resume) {
-    // A fresh log per boot; a resumed VM continues the same boot's log.
-    int fd = open(paths_.console_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd >= 0) close(fd);
-  }
-  unlink(paths_.qmp_socket.c_str());
-  unlink(paths_.channel_socket.c_str());
 
-  Progress(std::string(resume ? "resuming" : "starting") + " QEMU (" + AccelName(opts_.accel) + ")");
+  Progress(std::string(resume ? "resuming" : "starting") + " QEMU (" + AccelName(opts_.accel) +
+           (ident.drop ? ", uid " + std::to_string(ident.uid) : std::string()) + ")");
   Log("qemu: " + [&] { std::string s; for (auto& a : argv) s += a + " "; return s; }());
   SpawnOptions so;
   so.stdout_path = paths_.supervisor_log;
   so.die_with_parent = true;
+  so.keep_fds = fds.fds();
+  if (ident.drop) {
+    so.uid = ident.uid;
+    so.gid = ident.gid;
+    so.groups = ident.groups;
+  }
   ASSIGN_OR_RETURN(qemu_pid_, SpawnProcess(argv, so));
+  fds.CloseAll();  // QEMU has its copies; ours would keep its sockets listening if it died
   pid_t pid = qemu_pid_;
   uint64_t gen = generation_;
   std::thread([this, pid, gen] {
@@ -390,6 +426,10 @@ Status Supervisor::Boot(bool resume) {
     mux_ = std::move(mux);
     if (resume) phase_ = Phase::kRunning;
   }
+  if (opts_.progress_fd >= 0) {
+    std::string line = "launched " + std::to_string(qemu_pid_) + "\n";
+    (void)!write(opts_.progress_fd, line.data(), line.size());
+  }
   if (resume) {
     Progress("resumed");
     FinishProgress("ready resumed");
@@ -428,6 +468,27 @@ Status Supervisor::Resume() {
   return OkStatus();
 }
 
+// Puts read-write and read-only fds of `path` into a new fd set of the running QEMU (QMP add-fd)
+// and returns its "/dev/fdset/N" name.
+Result<std::string> Supervisor::PassToQmp(const std::string& path) {
+  std::optional<int64_t> set;
+  for (int flags : {O_RDWR, O_RDONLY}) {
+    int fd = open(path.c_str(), flags | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("open " + path, errno);
+    json args = json::object();
+    if (set) args["fdset-id"] = *set;
+    auto added = qmp_->Execute("add-fd", args, std::chrono::seconds(10), fd);
+    close(fd);
+    if (!added.ok()) return added.error();
+    auto id = added->find("fdset-id");
+    if (id == added->end() || !id->is_number_integer()) {
+      return Error(ErrorCode::kInternal, "QMP add-fd: no fdset-id in the reply");
+    }
+    set = id->get<int64_t>();
+  }
+  return "/dev/fdset/" + std::to_string(*set);
+}
+
 Status Supervisor::TakeProvenBootCheckpoint() {
   ASSIGN_OR_RETURN(PreparedCheckpoint prepared,
                    store_->PrepareCheckpoint(*lock_, CheckpointOptions{.automatic = true}));
@@ -435,9 +496,15 @@ Status Supervisor::TakeProvenBootCheckpoint() {
     std::string base = disk.disk == DiskKind::kSystem ? kSystemNode : kHomeNode;
     std::string node = base + "-" + prepared.id;
     for (char& c : node) if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
+    // SECURITY: QEMU cannot open files by path (vm/qemu_access.h): pass the new overlay's fds.
+    auto fdset = PassToQmp(disk.new_top_path);
+    if (!fdset.ok()) {
+      (void)store_->AbortCheckpoint(*lock_, prepared);
+      return fdset.error();
+    }
     json add = {{"driver", "qcow2"},
                 {"node-name", node},
-                {"file", {{"driver", "file"}, {"filename", disk.new_top_path}}},
+                {"file", {{"driver", "file"}, {"filename", *fdset}}},
                 {"backing", nullptr}};
     if (disk.disk == DiskKind::kHome || true) {
       add["discard"] = "unmap";

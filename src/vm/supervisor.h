@@ -18,8 +18,9 @@
 // naming the state. QEMU is started from the main thread because PR_SET_PDEATHSIG follows the
 // thread that forked it.
 //
-// Progress: if progress_fd >= 0, the supervisor writes lines "stage TEXT", then "ready INFO" or
-// "error MESSAGE<TAB>HINT", and closes it.
+// Progress: if progress_fd >= 0, the supervisor writes lines "stage TEXT", "launched QEMU_PID" once
+// QEMU runs with its channel connected (`start -d` returns there), then "ready INFO" or
+// "error MESSAGE<TAB>HINT", and closes it. The reader may close its end at any time.
 #pragma once
 
 #include <chrono>

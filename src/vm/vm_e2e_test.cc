@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -31,6 +32,7 @@
 #include "store/env.h"
 #include "store/store.h"
 #include "vm/launcher.h"
+#include "vm/qemu_access.h"
 #include "vm/state.h"
 #include "vm/testing.h"
 #include "vm/workspace.h"
@@ -77,6 +79,68 @@ class VmE2eTest : public testing::CliVmTest {
     return c.ok() ? c->size() : 0;
   }
   std::string MacRegistry() { return testing::Slurp(root_ + "/macs.json"); }
+
+  // Starts `cloister ARGS` with stdout on a pipe (stdin and stderr /dev/null); returns its pid and
+  // sets *out_fd to the read end.
+  pid_t SpawnCloisterPiped(std::vector<std::string> args, int* out_fd) {
+    args.insert(args.begin(), {exe_, "--store", root_});
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+      int null_fd = open("/dev/null", O_RDWR);
+      dup2(null_fd, 0);
+      dup2(p[1], 1);
+      dup2(null_fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe_.c_str(), argv.data());
+      _exit(127);
+    }
+    close(p[1]);
+    *out_fd = p[0];
+    return pid;
+  }
+  // Reads from fd into *buf until it contains `needle` (bounded); false on EOF or timeout.
+  static bool ReadUntil(int fd, std::string* buf, const std::string& needle,
+                        std::chrono::seconds limit) {
+    auto deadline = Clock::now() + limit;
+    while (buf->find(needle) == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char b[4096];
+      ssize_t n = read(fd, b, sizeof(b));
+      if (n <= 0) return false;
+      buf->append(b, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // Waits (bounded) for our child `pid`; returns its wait status or -1.
+  static int WaitExit(pid_t pid, std::chrono::seconds limit) {
+    int status = -1;
+    if (!WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, limit)) return -1;
+    return status;
+  }
+  // The running QEMU's pid, from its supervisor's status.
+  pid_t QemuPid(const std::string& name) {
+    VmStatus st = DeriveStatus(RunPathsFor(*store_, name));
+    auto it = st.info.find("qemu_pid");
+    return it != st.info.end() && it->is_number_integer() ? it->get<pid_t>() : -1;
+  }
+  // "Name:\tvalue" lines of /proc/PID/status.
+  static std::map<std::string, std::string> ProcStatus(pid_t pid) {
+    std::map<std::string, std::string> out;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) out[line.substr(0, colon)] = Trim(line.substr(colon + 1));
+    }
+    return out;
+  }
 };
 
 TEST_F(VmE2eTest, LifecycleExecPersistenceResetWipeHomeCheckpoints) {
@@ -395,6 +459,172 @@ TEST_F(VmE2eTest, AuditResidueNeedsARunningVmAndAFreshWorkspaceIsClean) {
   auto text = Cloister({"audit", "residue", "ws", "--max-regions", "64"});
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("verdict: clean"), std::string::npos) << text.out;
+}
+
+// One workspace, two boots: `start -d` returns while the guest is still booting; QEMU runs under
+// the workspace's own unprivileged uid with its seccomp filter (as root, as CI runs); a share
+// is writable where its host permissions let that uid write; `exec -it` gets a pty with the
+// caller's window size and a resize reaches the guest; SIGINT and SIGTERM to `cloister exec`
+// reach the guest command and its exit code says so; `reboot` ends guest processes, keeps home,
+// takes a new proven-boot checkpoint, and the agent answers again (still unprivileged).
+TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
+  std::string rw = root_ + "/rw";  // the test root itself is 0700: QEMU reaches rw/ by its fd only
+  fs::create_directories(rw);
+  chmod(rw.c_str(), 0777);
+  std::string ro = root_ + "/ro";
+  fs::create_directories(ro);
+  ASSERT_TRUE(Env::Default()->WriteFile(ro + "/root-only", "secret\n").ok());
+  chmod((ro + "/root-only").c_str(), 0600);
+  Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{ro, "/mnt/ro", false}});
+
+  // start -d: back as soon as QEMU runs; the agent is not ready yet under TCG.
+  auto r = Cloister({"start", "hq", "-d", "--accel", "tcg"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hq\n");
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "hq")).state, VmState::kBooting) << r.err;
+  EXPECT_EQ(r.err.find("proven-boot"), std::string::npos) << r.err;
+  EXPECT_EQ(CheckpointCount("hq"), 0u);
+  ASSERT_TRUE(WaitFor([&] { return DeriveStatus(RunPathsFor(*store_, "hq")).state == VmState::kRunning; },
+                      std::chrono::minutes(5)));
+  EXPECT_EQ(CheckpointCount("hq"), 1u);
+
+  auto cfg = store_->LoadConfig("hq");
+  ASSERT_TRUE(cfg.ok());
+  auto expect_hardened = [&] {
+    pid_t qemu = QemuPid("hq");
+    ASSERT_GT(qemu, 0);
+    auto st = ProcStatus(qemu);
+    if (geteuid() == 0) {
+      auto id = QemuIdentityFor(cfg->mac, false);
+      ASSERT_TRUE(id.ok());
+      std::string u = std::to_string(id->uid);
+      EXPECT_EQ(st["Uid"], u + "\t" + u + "\t" + u + "\t" + u);
+      EXPECT_EQ(st["Gid"], u + "\t" + u + "\t" + u + "\t" + u);
+      EXPECT_EQ(st["Groups"], "");
+      EXPECT_EQ(st["CapEff"], "0000000000000000");
+      EXPECT_EQ(st["CapPrm"], "0000000000000000");
+    }
+    EXPECT_EQ(st["Seccomp"], "2");
+    EXPECT_EQ(st["NoNewPrivs"], "1");
+    auto cmdline = Env::Default()->ReadFile("/proc/" + std::to_string(qemu) + "/cmdline", 1 << 20);
+    ASSERT_TRUE(cmdline.ok());
+    EXPECT_NE(cmdline->find(std::string("-nodefaults") + '\0'), std::string::npos);
+    EXPECT_NE(cmdline->find("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"),
+              std::string::npos);
+    // QEMU opens nothing of the store by path: no store path on its command line.
+    EXPECT_EQ(cmdline->find(root_), std::string::npos);
+  };
+  expect_hardened();
+
+  int code = -1;
+  // Shares: writable where the host folder lets QEMU's uid write; a root-only file stays closed
+  // even to the guest's root.
+  EXPECT_EQ(Exec("hq", "echo from-guest > /mnt/rw/new.txt && cat /mnt/rw/new.txt", &code), "from-guest\n");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(*Env::Default()->ReadFile(rw + "/new.txt"), "from-guest\n");
+  if (geteuid() == 0) {  // QEMU runs as the workspace's uid, not as the folder's owner
+    EXPECT_EQ(Exec("hq", "cat /mnt/ro/root-only", &code, "root"), "");
+    EXPECT_NE(code, 0);
+    Exec("hq", "echo x > /mnt/ro/planted", &code, "root");
+    EXPECT_NE(code, 0);
+    EXPECT_FALSE(fs::exists(ro + "/planted"));
+  }
+
+  // exec -it: the caller's window size, then a resize.
+  {
+    int master = -1;
+    winsize ws{30, 100, 0, 0};
+    std::vector<std::string> args = {exe_, "--store", root_, "exec", "-i", "-t", "hq", "--",
+                                     "sh", "-c", "stty size; while read x; do stty size; done"};
+    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe_.c_str(), argv.data());
+      _exit(127);
+    }
+    std::string screen;
+    EXPECT_TRUE(ReadUntil(master, &screen, "30 100", std::chrono::seconds(60))) << screen;
+    winsize bigger{40, 120, 0, 0};
+    ASSERT_EQ(ioctl(master, TIOCSWINSZ, &bigger), 0);  // the kernel sends SIGWINCH to `cloister`
+    bool resized = false;
+    for (int i = 0; i < 30 && !resized; ++i) {
+      ASSERT_EQ(write(master, "\r", 1), 1);
+      resized = ReadUntil(master, &screen, "40 120", std::chrono::seconds(2));
+    }
+    EXPECT_TRUE(resized) << screen;
+    ASSERT_EQ(write(master, "\x04", 1), 1);  // EOF ends the loop
+    int status = WaitExit(child, std::chrono::seconds(60));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << screen;
+    close(master);
+  }
+
+  // Signals: SIGINT reaches the guest command's trap; SIGTERM kills a command without one.
+  {
+    int out = -1;
+    pid_t p = SpawnCloisterPiped({"exec", "hq", "--", "sh", "-c",
+                                  "trap 'echo got-int; exit 7' INT; echo armed; "
+                                  "while :; do sleep 1; done"}, &out);
+    ASSERT_GT(p, 0);
+    std::string buf;
+    ASSERT_TRUE(ReadUntil(out, &buf, "armed", std::chrono::seconds(60))) << buf;
+    ASSERT_EQ(kill(p, SIGINT), 0);
+    EXPECT_TRUE(ReadUntil(out, &buf, "got-int", std::chrono::seconds(30))) << buf;
+    int status = WaitExit(p, std::chrono::seconds(30));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status;
+    close(out);
+
+    p = SpawnCloisterPiped({"exec", "hq", "--", "sh", "-c", "echo armed; exec sleep 100000"}, &out);
+    ASSERT_GT(p, 0);
+    buf.clear();
+    ASSERT_TRUE(ReadUntil(out, &buf, "armed", std::chrono::seconds(60))) << buf;
+    ASSERT_EQ(kill(p, SIGTERM), 0);
+    status = WaitExit(p, std::chrono::seconds(30));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status;
+    close(out);
+    EXPECT_EQ(Exec("hq", "ps -o args 2>/dev/null | grep -c '[s]leep 100000'"), "0\n");
+  }
+
+  // Reboot: a guest process is gone, home survives, a new checkpoint, the agent answers again.
+  std::string boot_id = Exec("hq", "cat /proc/sys/kernel/random/boot_id");
+  Exec("hq", "setsid sleep 424242 </dev/null >/dev/null 2>&1 & echo h > /home/dev/h.txt && sync", &code);
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(Exec("hq", "ps -o args | grep -c '[s]leep 424242'"), "1\n");
+  pid_t old_qemu = QemuPid("hq");
+  r = Cloister({"reboot", "hq"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "hq")).state, VmState::kRunning);
+  EXPECT_NE(QemuPid("hq"), old_qemu);
+  EXPECT_NE(Exec("hq", "cat /proc/sys/kernel/random/boot_id"), boot_id);
+  EXPECT_EQ(Exec("hq", "ps -o args | grep -c '[s]leep 424242'"), "0\n");
+  EXPECT_EQ(Exec("hq", "cat /home/dev/h.txt"), "h\n");
+  EXPECT_EQ(CheckpointCount("hq"), 2u);
+  expect_hardened();
+  Stop("hq");
+}
+
+// `run --rm` after QEMU itself crashes (kill -9 of the qemu process, not of the supervisor).
+TEST_F(VmE2eTest, RunRmLeavesNothingAfterAQemuCrash) {
+  pid_t run = SpawnCloister({"run", "--rm", "--accel", "tcg", "--image",
+                             image_dir() + "/disk.raw", "--", "sleep", "100000"});
+  ASSERT_GT(run, 0);
+  std::string name;
+  ASSERT_TRUE(WaitFor([&] {
+    auto l = store_->List();
+    if (!l.ok() || l->empty()) return false;
+    name = (*l)[0].name;
+    return DeriveStatus(RunPathsFor(*store_, name)).state == VmState::kRunning;
+  }, std::chrono::minutes(5)));
+  pid_t qemu = QemuPid(name);
+  ASSERT_GT(qemu, 0);
+  ASSERT_EQ(kill(qemu, SIGKILL), 0);
+  int status = WaitExit(run, std::chrono::minutes(2));
+  EXPECT_NE(status, -1) << "run did not end after QEMU died";
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(store_->Paths(name).dir); }, std::chrono::seconds(60)));
+  EXPECT_EQ(MacRegistry().find(name), std::string::npos) << MacRegistry();
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, name)).state, VmState::kStopped);
 }
 
 }  // namespace
