@@ -121,7 +121,17 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       so.force = true;
       std::ostringstream quiet;
       (void)vm::StopWorkspace(store, o->name, so, quiet);
-      if (Status st = store.Remove(o->name); st.ok() || st.error().code() == ErrorCode::kNotFound) {
+      // The exiting supervisor deletes an ephemeral workspace too: while it holds the lock
+      // (busy) or its pid file (running), retry, bounded.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      Status st = store.Remove(o->name);
+      while (!st.ok() && (st.error().code() == ErrorCode::kBusy ||
+                          st.error().code() == ErrorCode::kFailedPrecondition) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // bounded retry
+        st = store.Remove(o->name);
+      }
+      if (st.ok() || st.error().code() == ErrorCode::kNotFound) {
         cli.err() << "cloister: deleted workspace " << o->name << "\n";
       } else {
         cli.err() << "cloister: could not delete " << o->name << ": " << st.error().ToString() << "\n";

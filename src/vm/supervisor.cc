@@ -890,12 +890,17 @@ void Supervisor::Cleanup() {
   // The suspended guest keeps its metadata disk for the resume.
   if (access(paths_.suspend_state.c_str(), F_OK) != 0) unlink(paths_.meta_disk.c_str());
   lock_.reset();
-  if (ephemeral_ && store_) {
-    Log("ephemeral workspace: deleting it");
-    if (Status st = store_->Remove(opts_.name); !st.ok()) Log("delete failed: " + st.error().ToString());
-  }
+  // QEMU is gone: give up the pid file (unlinked first, so nobody sees it unlocked) before an
+  // ephemeral delete, which refuses a workspace whose supervisor still holds it.
   unlink(paths_.supervisor_pid.c_str());
   if (pid_fd_ >= 0) close(pid_fd_);
+  pid_fd_ = -1;
+  if (ephemeral_ && store_) {
+    Log("ephemeral workspace: deleting it");
+    if (Status st = store_->Remove(opts_.name); !st.ok() && st.error().code() != ErrorCode::kNotFound) {
+      Log("delete failed: " + st.error().ToString());
+    }
+  }
 }
 
 int Supervisor::Run() {
