@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/vault_access.h"
 #include "store/layout.h"
 #include "store/store.h"
 #include "vault/crypto.h"
@@ -18,48 +19,6 @@
 
 namespace cloister::cli {
 namespace {
-
-// A workspace's vault, found through the store (store/layout.h names), and the locks a change
-// holds. Mutations (add, rm, policy --llm-body) take the workspace lock, as every mutating verb
-// does, so they never interleave with create/wipe-home/rm (which also write or delete the secrets
-// file). A running VM's supervisor holds the workspace lock for the VM's lifetime and only reads
-// the secrets file at boot; so while the VM runs a change goes ahead under the config lock alone
-// (it serialises concurrent `cred` writers) and takes effect at the next start. Reads (ls) take
-// no lock: the file is replaced atomically.
-struct VaultAccess {
-  vault::VaultLocation location;
-  std::optional<WorkspaceLock> workspace_lock;
-  std::unique_ptr<FileLock> config_lock;
-  bool running = false;  // the change applies at the next boot
-};
-
-Result<VaultAccess> OpenVaultAccess(Cli& cli, const std::string& name, bool mutate) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));
-  ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(name));
-  (void)config;  // exists and is readable
-  WorkspacePaths paths = store->Paths(name);
-  VaultAccess a;
-  a.location = vault::VaultLocation{JoinPath(store->root(), layout::kKeysDir), paths.secrets, name};
-  if (!mutate) return a;
-  Result<WorkspaceLock> lock = store->LockWorkspace(name);
-  if (lock.ok()) {
-    a.workspace_lock.emplace(std::move(lock).value());
-  } else if (lock.error().code() == ErrorCode::kBusy &&
-             store->State(name) == WorkspaceState::kRunning) {
-    a.running = true;
-  } else {
-    return lock.error();
-  }
-  ASSIGN_OR_RETURN(a.config_lock, store->env()->LockFile(paths.config_lock, /*wait=*/true));
-  return a;
-}
-
-void NoteRunning(Cli& cli, const VaultAccess& a, const std::string& name) {
-  if (a.running) {
-    cli.err() << "cloister: " << name << " is running; the change takes effect at its next start "
-              << "(`cloister reboot " << name << "`)\n";
-  }
-}
 
 // Reads one line from stdin without echo when it is a terminal.
 Result<std::string> ReadSecret(Cli& cli, const std::string& from_env) {

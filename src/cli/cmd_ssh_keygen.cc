@@ -2,30 +2,13 @@
 // the key first if the workspace has none. --regenerate replaces it (the old key stops working
 // wherever it was authorised). The private key stays in the workspace's encrypted secrets file;
 // the guest only ever gets signatures from it (sign-only agent, src/sshagent).
-#include <filesystem>
-
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/vault_access.h"
 #include "sshagent/vault_key_store.h"
 #include "store/store.h"
 
 namespace cloister::cli {
-namespace {
-
-// TODO(store): switch to the store's workspace lookup and lock once store is on main.
-Result<std::string> WorkspaceDir(Cli& cli, const std::string& name) {
-  if (name.empty() || name.size() > 64 || name.find('/') != std::string::npos || name[0] == '.') {
-    return Error(ErrorCode::kInvalidArgument, "invalid workspace name: " + name);
-  }
-  std::string ws = cli.StoreRoot() + "/workspaces/" + name;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(ws, ec)) {
-    return Error(ErrorCode::kNotFound, "no workspace named " + name, "see `cloister ls`, or create it first");
-  }
-  return ws;
-}
-
-}  // namespace
 
 void AddSshKeygenCommand(CLI::App& app, Cli& cli) {
   struct Opts {
@@ -41,10 +24,10 @@ void AddSshKeygenCommand(CLI::App& app, Cli& cli) {
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([&cli, o] {
     auto run = [&]() -> Status {
-      ASSIGN_OR_RETURN(std::string dir, WorkspaceDir(cli, o->name));
-      sshagent::VaultKeyStore store(
-          vault::VaultLocation{cli.StoreRoot() + "/keys", dir + "/" + vault::kSecretsFile, o->name});
-      ASSIGN_OR_RETURN(std::string pub, sshagent::PublicKeyPath(dir));
+      // Making or replacing the key writes the secrets file: hold the workspace's locks.
+      ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, o->name, /*mutate=*/true));
+      sshagent::VaultKeyStore store(access.location);
+      ASSIGN_OR_RETURN(std::string pub, sshagent::PublicKeyPath(access.paths.dir));
       bool created = false;
       Result<sshagent::Ed25519Key> key = Error(ErrorCode::kInternal, "unset");
       if (o->regenerate) {
@@ -54,7 +37,7 @@ void AddSshKeygenCommand(CLI::App& app, Cli& cli) {
         key = sshagent::MakeWorkspaceKey(store, o->name, pub);
         created = true;
         // The running VM's agent holds the key it booted with.
-        if (auto st = Store::Open(cli.StoreRoot()); st.ok() && (*st)->State(o->name) == WorkspaceState::kRunning) {
+        if (access.running) {
           cli.err() << "cloister: " << o->name << " is running; its agent serves the new key from its next "
                     << "start (`cloister reboot " << o->name << "`)\n";
         }

@@ -9,6 +9,8 @@
 #include "cli/cli.h"
 #include "sshagent/ed25519_key.h"
 #include "sshagent/vault_key_store.h"
+#include "store/env.h"
+#include "store/store.h"
 #include "vault/crypto.h"
 
 namespace cloister::cli {
@@ -26,7 +28,17 @@ class SshKeygenCliTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/cloister-sshkeygen-XXXXXX";
     root_ = mkdtemp(tmpl);
-    fs::create_directories(root_ + "/workspaces/dev");
+    // A real workspace (the verb finds it through the store), made without the CLI's key hook
+    // so the verb's first run makes the key: a sparse base, a small home.
+    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
+    auto store = cloister::Store::Open(root_);
+    ASSERT_TRUE(store.ok());
+    CreateRequest req;
+    req.name = "dev";
+    req.image = root_ + "/base.raw";
+    req.home_size = 64 << 20;
+    auto created = (*store)->Create(req);
+    ASSERT_TRUE(created.ok()) << created.error().ToString();
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -114,7 +126,7 @@ TEST_F(SshKeygenCliTest, NoPrivateKeyBytesOutsideTheEncryptedStore) {
 TEST_F(SshKeygenCliTest, UnknownWorkspaceIsAClearError) {
   Outcome o = Run({"ssh-keygen", "nope"});
   EXPECT_NE(o.code, 0);
-  EXPECT_NE(o.err.find("no workspace named nope"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("no workspace named \'nope\'"), std::string::npos) << o.err;
 }
 
 }  // namespace

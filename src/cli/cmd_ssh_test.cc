@@ -152,7 +152,7 @@ TEST_F(SshCliTest, CreateMakesTheKeyWipesRegenerateItRmDeletesIt) {
   EXPECT_EQ(Seed("other"), other);
   Outcome gone = Run({"ssh-keygen", "dev"});
   EXPECT_NE(gone.code, 0);
-  EXPECT_NE(gone.err.find("no workspace named dev"), std::string::npos) << gone.err;
+  EXPECT_NE(gone.err.find("no workspace named 'dev'"), std::string::npos) << gone.err;
 }
 
 TEST_F(SshCliTest, SshPolicyShowsChangesAndValidates) {
