@@ -258,6 +258,17 @@ class Proxy::Impl {
 // ---------------------------------------------------------------------------------------------
 // Setup
 
+// The CONNECT host of a client handshake in progress, for CertCallback. Kept in SSL ex data of
+// our own index, never in the SSL's app data: Asio's SSL engine owns that slot (its verify
+// callback) and deletes whatever it holds when the stream is destroyed, which a session torn down
+// mid-handshake (proxy shutdown) would otherwise turn into a delete of a std::string*.
+namespace {
+int ConnectHostIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+}  // namespace
+
 int Proxy::Impl::AlpnSelect(SSL*, const unsigned char** out, unsigned char* outlen,
                             const unsigned char* in, unsigned int inlen, void*) {
   // SECURITY: `in` is the client's ALPN list (length-prefixed strings); walk it bounded.
@@ -280,7 +291,8 @@ int Proxy::Impl::CertCallback(SSL* ssl, void* arg) {
   std::string host;
   if (ValidSni(sni)) {
     host = ToLower(sni);
-  } else if (auto* connect_host = static_cast<std::string*>(SSL_get_app_data(ssl))) {
+  } else if (auto* connect_host =
+                 static_cast<std::string*>(SSL_get_ex_data(ssl, ConnectHostIndex()))) {
     host = *connect_host;
   }
   if (host.empty()) return 0;
@@ -642,9 +654,9 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   }
   ssl::stream<GenericSocket> tls(std::move(sock), server_ctx_);
   std::string connect_host = authority.host;
-  SSL_set_app_data(tls.native_handle(), &connect_host);
+  SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), &connect_host);
   auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), kTok);
-  SSL_set_app_data(tls.native_handle(), nullptr);
+  SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), nullptr);
   if (hec) {
     rec.status = 400;
     rec.error = "TLS handshake with the client failed";
