@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "base/pid_file.h"
 #include "cli/cli.h"
 #include "store/store.h"
 #include "vault/vault.h"
@@ -116,15 +117,18 @@ TEST_F(CredCliTest, ChangesTakeTheWorkspaceLockAndUseTheStorePaths) {
     EXPECT_NE(ls.out.find("anthropic"), std::string::npos);
     EXPECT_EQ(Run({"cred", "policy", "dev"}).out, "llm-body: flag\n");
 
-    // The lock is held by a running VM's supervisor (its pid file names a live process): the
-    // change is made under the config lock and applies at the next boot.
+    // The lock is held by a running VM's supervisor (its pid file is claimed: written and
+    // OFD-locked, as the supervisor does): the change is made under the config lock and applies
+    // at the next boot.
     ASSERT_TRUE(Env::Default()->CreateDir(paths.run_dir, 0700).ok() ||
                 std::filesystem::is_directory(paths.run_dir));
-    ASSERT_TRUE(Env::Default()->WriteFile(paths.supervisor_pid, std::to_string(getpid())).ok());
+    Result<int> claimed = ClaimPidFile(paths.supervisor_pid);
+    ASSERT_TRUE(claimed.ok()) << claimed.error().ToString();
     Outcome running = Run({"cred", "add", "dev", "openai"},
                           "sk-proj-abcdefghijklmnopqrstuvwxyz012345\n");
     EXPECT_EQ(running.code, 0) << running.err;
     EXPECT_NE(running.err.find("next start"), std::string::npos) << running.err;
+    close(*claimed);
     std::filesystem::remove(paths.supervisor_pid);
   }
   auto after = vault::Vault::Open({root_ + "/keys", paths.secrets, "dev"});
