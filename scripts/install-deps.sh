@@ -11,7 +11,7 @@ build_pkgs=(build-essential cmake ninja-build pkg-config git
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
-  mitmproxy python3 python3-botocore sqlite3 iproute2 tmux hyperfine xfsprogs)
+  mitmproxy python3 python3-botocore sqlite3 iproute2 tmux hyperfine xfsprogs nftables)
 
 pkgs=("${build_pkgs[@]}")
 case "$level" in
@@ -33,4 +33,36 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm tarballs for the tests (level test): npm itself for the test image, and the coding agents'
+# CLIs the VM tests install in a guest from a local fake registry (tests never reach a registry).
+# `npm pack` fetches them from npm's default registry once; each is checked against its pinned
+# integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h and
+# src/cli/tools.h (a unit test compares them). Cache: $CLOISTER_NPM_CACHE, else
+# $XDG_CACHE_HOME/cloister/npm, else ~/.cache/cloister/npm.
+npm_pins=(
+  "npm@10.9.9 npm-10.9.9.tgz sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="
+  "@anthropic-ai/claude-code@2.1.332 anthropic-ai-claude-code-2.1.332.tgz sha512-tvSh6bLvEbd97APD31AnojOrRC3AmcRj5R8sF8QIQitu3x2ucOb1kKmTkGDw41kjva+CGJfpkt+wYouk6yv56Q=="
+  "@anthropic-ai/claude-code-linux-x64@2.1.332 anthropic-ai-claude-code-linux-x64-2.1.332.tgz sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw=="
+  "@openai/codex@0.171.0 openai-codex-0.171.0.tgz sha512-1IOFzL2Xg86tLdw6kDo3GoKbkQENgQi7TI6rlEvN132R7ngSw7SNOIQoTcnKzSZZ8kf9N9GynCweSoaFbqk2Eg=="
+  "@openai/codex@0.171.0-linux-x64 openai-codex-0.171.0-linux-x64.tgz sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw=="
+)
+if [ "$level" = test ]; then
+  npm_cache="${CLOISTER_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cloister/npm}"
+  mkdir -p "$npm_cache"
+  integrity() { echo "sha512-$(openssl dgst -sha512 -binary "$1" | base64 -w0)"; }
+  for pin in "${npm_pins[@]}"; do
+    read -r spec file want <<<"$pin"
+    if [ -f "$npm_cache/$file" ] && [ "$(integrity "$npm_cache/$file")" = "$want" ]; then continue; fi
+    echo "cloister: npm pack $spec into $npm_cache" >&2
+    rm -f "$npm_cache/$file"
+    (cd "$npm_cache" && npm pack --silent "$spec" >/dev/null)
+    got="$(integrity "$npm_cache/$file")"
+    if [ "$got" != "$want" ]; then
+      echo "cloister: $spec: integrity $got is not the pinned $want" >&2
+      rm -f "$npm_cache/$file"
+      exit 1
+    fi
+  done
 fi

@@ -19,13 +19,15 @@ inline constexpr char kTestImageName[] = "test";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "3";  // 2: curl; 3: openssh-client, git, gh
-inline constexpr char kFullRecipeVersion[] = "1";
+inline constexpr char kTestRecipeVersion[] = "4";  // 2: curl; 3: openssh-client, git, gh;
+// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk
+inline constexpr char kFullRecipeVersion[] = "2";  // 2: nftables
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
   std::string work_dir;   // scratch space, removed at the end (default: OUT_DIR/../.work-NAME)
   std::string cache_dir;  // Debian package cache (see debs.h)
+  std::string npm_cache_dir;  // npm tarball cache (npm_tarball.h); empty: NpmCacheDir()
   ProgressSink progress;  // per-stage lines; may be empty
   uint64_t disk_size_bytes = 0;  // 0: the recipe's default
 };

@@ -49,31 +49,62 @@ class CacheLock {
 
 struct Candidate {
   std::string version, arch, depends;
+  bool downloadable = false;  // has a Filename: an archive has it (not only dpkg's status file)
 };
 
-// One `apt-cache show` for all packages (each call loads apt's cache: about a second).
+// Parses `apt-cache show` output: per package, the first entry (downloadable only if asked).
+std::map<std::string, Candidate> ParseShow(const std::string& text, bool downloadable_only) {
+  std::map<std::string, Candidate> found;
+  std::string name;
+  Candidate c;
+  auto flush = [&] {
+    if (!name.empty() && !found.count(name) && (c.downloadable || !downloadable_only)) {
+      found[name] = c;
+    }
+    name.clear();
+    c = Candidate();
+  };
+  for (const std::string& line : Split(text, '\n')) {
+    if (line.empty()) flush();
+    if (StartsWith(line, "Package: ")) name = Trim(line.substr(9));
+    if (StartsWith(line, "Version: ")) c.version = Trim(line.substr(9));
+    if (StartsWith(line, "Architecture: ")) c.arch = Trim(line.substr(14));
+    if (StartsWith(line, "Depends: ")) c.depends = Trim(line.substr(9));
+    if (StartsWith(line, "Filename: ")) c.downloadable = true;
+  }
+  flush();
+  return found;
+}
+
+// One `apt-cache show` for all packages (each call loads apt's cache: about a second). A candidate
+// that no archive has (a package installed from a vendor's repository that is now disabled, e.g. a
+// newer Node.js) is replaced by the newest version an archive has: images take Debian's packages.
 Result<std::map<std::string, Candidate>> ShowCandidates(const std::vector<std::string>& packages) {
   RunOptions opts;
   opts.env_set = {{"LC_ALL", "C"}};
   std::vector<std::string> argv{"apt-cache", "show", "--no-all-versions"};
   argv.insert(argv.end(), packages.begin(), packages.end());
   ASSIGN_OR_RETURN(auto r, RunProcess(argv, opts));
-  std::map<std::string, Candidate> found;
-  std::string name;
-  Candidate c;
-  auto flush = [&] {
-    if (!name.empty() && !found.count(name)) found[name] = c;
-    name.clear();
-    c = Candidate();
-  };
-  for (const std::string& line : Split(r.out, '\n')) {
-    if (line.empty()) flush();
-    if (StartsWith(line, "Package: ")) name = Trim(line.substr(9));
-    if (StartsWith(line, "Version: ")) c.version = Trim(line.substr(9));
-    if (StartsWith(line, "Architecture: ")) c.arch = Trim(line.substr(14));
-    if (StartsWith(line, "Depends: ")) c.depends = Trim(line.substr(9));
+  std::map<std::string, Candidate> found = ParseShow(r.out, false);
+  std::vector<std::string> local_only;
+  for (const auto& p : packages) {
+    auto it = found.find(p);
+    if (it != found.end() && !it->second.downloadable) local_only.push_back(p);
   }
-  flush();
+  if (!local_only.empty()) {
+    std::vector<std::string> all{"apt-cache", "show"};
+    all.insert(all.end(), local_only.begin(), local_only.end());
+    ASSIGN_OR_RETURN(auto r2, RunProcess(all, opts));
+    std::map<std::string, Candidate> archived = ParseShow(r2.out, true);
+    for (const auto& p : local_only) {
+      auto it = archived.find(p);
+      if (it == archived.end()) {
+        return Error(ErrorCode::kNotFound, "no archive has Debian package " + p,
+                     "it is only installed locally; run `apt-get update`");
+      }
+      found[p] = it->second;
+    }
+  }
   for (const auto& p : packages) {
     auto it = found.find(p);
     if (it == found.end()) {

@@ -29,6 +29,8 @@ const std::vector<std::string>& FullPackages() {
       // what the issue asks for a coding agent
       "sudo", "git", "curl", "ca-certificates", "openssh-client", "tmux", "python3", "nodejs",
       "npm", "build-essential",
+      // the guest agent's transparent egress (nft redirect of outbound TCP to itself)
+      "nftables",
       // small conveniences every shell user expects
       "iproute2", "procps", "less", "locales"};
   return k;

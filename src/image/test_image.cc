@@ -16,6 +16,7 @@
 #include "image/builder.h"
 #include "image/debs.h"
 #include "image/kmod.h"
+#include "image/npm_tarball.h"
 
 namespace cloister::image {
 
@@ -23,7 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kTestDiskSize = 256ull << 20;
+// Room for the rootfs (about 300 MiB with Node) and small test files. Tests that install an agent
+// CLI (hundreds of MiB) grow a copy (image::testing::SharedTestImageWithDisk).
+constexpr uint64_t kTestDiskSize = 448ull << 20;
 
 // Everything in the test rootfs: busybox, tmux and the libraries tmux needs, C.UTF-8 (tmux wants
 // a UTF-8 locale), terminfo; and Debian's real curl with its library closure (apt-cache depends
@@ -45,20 +48,37 @@ const std::vector<std::string>& TestPackages() {
       "libselinux1", "libpcre2-8-0",
       // git (its C commands and git-remote-https; perl is left out) and gh, for HTTPS through
       // the proxy
-      "git", "libcurl3-gnutls", "libexpat1", "gh"};
+      "git", "libcurl3-gnutls", "libexpat1", "gh",
+      // Debian's Node.js (18; Debian unbundles acorn, cjs-module-lexer and undici, its fetch) for
+      // npm (npm 10 itself comes from the npm tarball cache) and the transparent-egress proofs
+      "nodejs", "libnode108", "libicu72", "libuv1", "libc-ares2", "libstdc++6", "gcc-12-base",
+      "node-acorn", "node-xtend", "node-cjs-module-lexer", "node-undici", "node-busboy",
+      // nftables, with which the guest agent redirects outbound TCP to itself
+      "nftables", "libnftables1", "libnftnl11", "libjansson4", "libxtables12", "libmnl0"};
   return k;
 }
 
-// Modules the initramfs loads (with their dependencies): disks, console, net, rng, ext4, 9p.
+// Modules the initramfs loads (with their dependencies): disks, console, net, rng, ext4, 9p, and
+// what nftables needs for the guest agent's NAT redirect and rejects (the rootfs has no module
+// tree, so nothing can be loaded on demand later), and the dummy device for the egress route.
 const std::vector<std::string>& InitramfsModules() {
-  static const std::vector<std::string> k{"virtio_pci",    "virtio_blk",     "virtio_console",
-                                          "virtio_net",    "virtio_rng",     "crc32c_generic",
-                                          "ext4",          "9pnet_virtio",   "9p"};
+  static const std::vector<std::string> k{
+      "virtio_pci",   "virtio_blk", "virtio_console",  "virtio_net",     "virtio_rng",
+      "crc32c_generic", "ext4",     "9pnet_virtio",    "9p",             "nf_tables",
+      "nft_chain_nat", "nft_redir", "nft_reject_inet", "nft_reject_ipv4", "nft_ct",
+      "dummy"};
   return k;
 }
 
 std::vector<catalog::PostInstallStep> TestPostInstall() {
   std::vector<catalog::PostInstallStep> steps;
+  // npm (unpacked from its verified tarball before these steps) on PATH, as `npm install -g` would.
+  steps.push_back({"npm-links",
+                   "mkdir -p \"$1/usr/local/bin\"\n"
+                   "ln -sf ../lib/node_modules/npm/bin/npm-cli.js \"$1/usr/local/bin/npm\"\n"
+                   "ln -sf ../lib/node_modules/npm/bin/npx-cli.js \"$1/usr/local/bin/npx\"\n"
+                   "chmod 0755 \"$1/usr/local/lib/node_modules/npm/bin/npm-cli.js\" "
+                   "\"$1/usr/local/lib/node_modules/npm/bin/npx-cli.js\"\n"});
   steps.push_back({"prune",
                    "rm -rf \"$1/usr/share/doc\" \"$1/usr/share/man\" \"$1/usr/share/info\" "
                    "\"$1/usr/share/lintian\" \"$1/usr/share/locale\" \"$1/usr/share/bug\" "
@@ -184,6 +204,10 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   std::string root = work + "/rootfs";
   RETURN_IF_ERROR(MakeDirs(root));
   for (size_t i = 0; i + 1 < debs.size(); ++i) RETURN_IF_ERROR(ExtractDeb(debs[i].path, root));
+  ASSIGN_OR_RETURN(std::string npm_tgz, VerifiedNpmTarball(kTestImageNpm, o.npm_cache_dir.empty()
+                                                                              ? NpmCacheDir()
+                                                                              : o.npm_cache_dir));
+  RETURN_IF_ERROR(UnpackNpmTarball(npm_tgz, root + "/usr/local/lib/node_modules/npm"));
   std::vector<catalog::PostInstallStep> steps = TestPostInstall();
   RETURN_IF_ERROR(RunPostInstall(steps, root));
   RETURN_IF_ERROR(NormalizeMtimes(root, kSourceDateEpoch));
@@ -221,7 +245,8 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   catalog::ImageEntry entry;
   entry.name = kTestImageName;
   entry.version = std::string(kTestRecipeVersion) + "+linux-" + debs.back().version + "+busybox-" +
-                  DebVersion(debs, "busybox-static");
+                  DebVersion(debs, "busybox-static") + "+node-" + DebVersion(debs, "nodejs") + "+npm-" +
+                  std::string(kTestImageNpm.version);
   entry.arch = "amd64";
   entry.kernel_cmdline = kKernelCmdline;
   entry.post_install = steps;

@@ -8,6 +8,7 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "image/npm_tarball.h"
 #include "image/testing.h"
 
 namespace cloister::image {
@@ -77,6 +78,15 @@ TEST(TestImageBuildTest, TwoBuildsAreByteIdenticalAndFollowTheContracts) {
   EXPECT_NE(Debugfs(disk, "stat /usr/bin/tmux").find("Type: regular"), std::string::npos);
   EXPECT_NE(Debugfs(disk, "stat /usr/lib/locale/C.utf8/LC_CTYPE").find("Type: regular"),
             std::string::npos);
+  // Recipe 4: Debian's Node with npm 10 on PATH, and nft for the agent's egress redirect.
+  EXPECT_NE(Debugfs(disk, "stat /usr/bin/node").find("Type: regular"), std::string::npos);
+  EXPECT_NE(Debugfs(disk, "stat /usr/sbin/nft").find("Type: regular"), std::string::npos);
+  EXPECT_NE(Debugfs(disk, "stat /usr/local/bin/npm").find("Type: symlink"), std::string::npos);
+  EXPECT_NE(Debugfs(disk, "cat /usr/local/lib/node_modules/npm/package.json")
+                .find("\"version\": \"" + std::string(kTestImageNpm.version) + "\""),
+            std::string::npos);
+  EXPECT_NE(a->version.find("+npm-" + std::string(kTestImageNpm.version)), std::string::npos)
+      << a->version;
   auto dump = RunProcess({"debugfs", "-R", "ls -p /usr/lib/cloister", disk});
   ASSERT_TRUE(dump.ok());
   EXPECT_EQ(dump->out.find("cloister-agent"), std::string::npos);

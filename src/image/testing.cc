@@ -11,9 +11,38 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "base/subprocess.h"
 
 namespace cloister::image::testing {
 namespace {
+
+// An exclusive flock on `path`, released by close().
+Result<int> LockFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open " + path, errno);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      int e = errno;
+      close(fd);
+      return ErrnoError("flock " + path, e);
+    }
+  }
+  return fd;
+}
+
+Status HashArtifacts(SharedImage& img) {
+  img.entry.name = kTestImageName;
+  img.entry.arch = "amd64";
+  img.entry.kernel_cmdline = kKernelCmdline;
+  img.entry.artifacts.clear();
+  for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
+                            std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
+                            std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
+    ASSIGN_OR_RETURN(auto d, catalog::Sha256File(img.dir + "/" + file));
+    img.entry.artifacts.push_back({role, file, d.size, d.sha256});
+  }
+  return Status();
+}
 
 std::string TestCacheRoot() {
   const char* b = std::getenv("CLOISTER_BINARY_DIR");
@@ -58,20 +87,48 @@ Result<SharedImage> SharedTestImage() {
       status = e.error();
     }
   } else {
-    img.entry.name = kTestImageName;
-    img.entry.arch = "amd64";
-    img.entry.kernel_cmdline = kKernelCmdline;
-    for (auto [role, file] : {std::pair{catalog::kRoleDisk, catalog::names::kDiskFile},
-                              std::pair{catalog::kRoleKernel, catalog::names::kKernelFile},
-                              std::pair{catalog::kRoleInitrd, catalog::names::kInitrdFile}}) {
-      auto d = catalog::Sha256File(img.dir + "/" + file);
-      if (!d.ok()) {
-        status = d.error();
-        break;
-      }
-      img.entry.artifacts.push_back({role, file, d->size, d->sha256});
-    }
+    status = HashArtifacts(img);
   }
+  close(fd);
+  if (!status.ok()) return status.error();
+  return img;
+}
+
+Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes) {
+  ASSIGN_OR_RETURN(SharedImage base, SharedTestImage());
+  std::string root = TestCacheRoot();
+  std::string tag = "image-test-" + std::to_string(disk_bytes >> 20) + "m";
+  ASSIGN_OR_RETURN(int fd, LockFile(root + "/" + tag + ".lock"));
+  SharedImage img;
+  img.dir = root + "/" + tag;
+  std::string marker = img.dir + "/.recipe";
+  std::string want = std::string(kTestRecipeVersion) + "\n" + base.entry.artifacts[0].sha256 + "\n";
+  auto have = ReadFile(marker);
+  Status status;
+  if (!have.ok() || *have != want) {
+    std::cerr << "image: growing a copy of the test image to " << (disk_bytes >> 20) << " MiB\n";
+    std::string tmp = img.dir + ".tmp";
+    status = [&]() -> Status {
+      RETURN_IF_ERROR(RemoveTree(tmp));
+      RETURN_IF_ERROR(RemoveTree(img.dir));
+      RETURN_IF_ERROR(MakeDirs(tmp));
+      std::string disk = tmp + "/" + catalog::names::kDiskFile;
+      RETURN_IF_ERROR(RunProcessChecked({"cp", "--sparse=always", base.dir + "/" +
+                                         catalog::names::kDiskFile, disk}));
+      RETURN_IF_ERROR(RunProcessChecked({"truncate", "-s", std::to_string(disk_bytes), disk}));
+      RETURN_IF_ERROR(RunProcessChecked({"e2fsck", "-f", "-p", disk}));
+      RETURN_IF_ERROR(RunProcessChecked({"resize2fs", disk}));
+      for (const char* f : {catalog::names::kKernelFile, catalog::names::kInitrdFile}) {
+        RETURN_IF_ERROR(CopyFile(base.dir + "/" + f, tmp + "/" + f));
+      }
+      RETURN_IF_ERROR(WriteFile(tmp + "/.recipe", want));
+      std::error_code ec;
+      std::filesystem::rename(tmp, img.dir, ec);
+      if (ec) return Error(ErrorCode::kIo, "rename " + tmp + ": " + ec.message());
+      return Status();
+    }();
+  }
+  if (status.ok()) status = HashArtifacts(img);
   close(fd);
   if (!status.ok()) return status.error();
   return img;

@@ -26,6 +26,12 @@ struct SharedImage {
 // changes. Use this in VM tests of other modules.
 Result<SharedImage> SharedTestImage();
 
+// The shared test image with its disk grown to `disk_bytes` (sparse copy, truncate, resize2fs on
+// the host: seconds), for tests that install hundreds of MiB in a guest (agent CLIs). Derived once
+// per build tree and recipe version into $CLOISTER_BINARY_DIR/test-cache/image-test-<MiB>m/;
+// read-only for callers like SharedTestImage().
+Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes);
+
 class TempDir {
  public:
   TempDir() {

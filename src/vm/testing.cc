@@ -129,7 +129,7 @@ pid_t CliVmTest::SpawnCloister(std::vector<std::string> args) {
 void CliVmTest::Create(const std::string& name, const WorkspaceSpec& spec) {
   CreateRequest req;
   req.name = name;
-  req.image = image_dir() + "/disk.raw";
+  req.image = spec.image.empty() ? image_dir() + "/disk.raw" : spec.image;
   req.memory_mib = spec.memory_mib;
   req.cpus = spec.cpus;
   req.home_size = spec.home_size;

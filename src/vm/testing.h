@@ -42,6 +42,9 @@ struct WorkspaceSpec {
   uint32_t cpus = 1;
   uint64_t home_size = 256ull << 20;  // small: raw scans under TCG read every byte
   std::vector<Volume> volumes;
+  // The base image's disk: empty means the shared test image (image_dir()); tests that install
+  // large things in the guest pass image::testing::SharedTestImageWithDisk(...)->dir + "/disk.raw".
+  std::string image;
 };
 
 class CliVmTest : public ::testing::Test {

@@ -1,0 +1,41 @@
+// npm tarballs the images carry (npm itself in the test image) and the host cache they come from.
+// scripts/install-deps.sh (level `test`) fills the cache with `npm pack`, which uses npm's own
+// default registry; image builds never touch the network for them: they read the cache and check
+// each tarball's pinned integrity (npm's SRI form, "sha512-<base64>").
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace cloister::image {
+
+struct NpmTarball {
+  std::string_view name;       // package name, e.g. "npm" or "@openai/codex"
+  std::string_view version;    // exact version
+  std::string_view file;       // what `npm pack` names it in the cache
+  std::string_view integrity;  // "sha512-..." as the registry publishes it
+};
+
+// npm 10 (supports Debian 12's Node 18.20), unpacked into the test image's /usr/local.
+// Keep in step with scripts/install-deps.sh (npm_pins); a unit test checks both agree.
+inline constexpr NpmTarball kTestImageNpm{
+    "npm", "10.9.9", "npm-10.9.9.tgz",
+    "sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="};
+
+// The npm tarball cache: $CLOISTER_NPM_CACHE, else $XDG_CACHE_HOME/cloister/npm, else
+// $HOME/.cache/cloister/npm (the same rule as scripts/install-deps.sh).
+std::string NpmCacheDir();
+
+// "sha512-<base64>" of a file's bytes.
+Result<std::string> NpmIntegrityOfFile(const std::string& path);
+
+// Path of `t` in the cache after checking its integrity. Missing: kNotFound with the hint to run
+// install-deps; a different digest: kCorrupt (never used).
+Result<std::string> VerifiedNpmTarball(const NpmTarball& t, const std::string& cache_dir);
+
+// Unpacks a verified tarball's `package/` directory to `dest` (which must not exist yet).
+Status UnpackNpmTarball(const std::string& tarball, const std::string& dest);
+
+}  // namespace cloister::image
