@@ -517,10 +517,15 @@ TEST_F(HostileGuest, StaleBytesAndForeignSessionsBeforeHelloAreSkipped) {
   SendRaw("\x00\x00\x01");                       // a torn frame
   Hello();
   OpenProxy(2);
+  // Stats() is a snapshot the mux loop refreshes once per iteration, so it can lag the service
+  // handler's call by one iteration: wait for both.
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!service_fds_.empty()) break;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!service_fds_.empty() && host_->Stats().session_established) break;
+    }
+    std::this_thread::yield();
   }
   std::lock_guard<std::mutex> l(mu_);
   EXPECT_EQ(service_fds_.size(), 1u);
