@@ -1,6 +1,7 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +78,23 @@ Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::st
     off += static_cast<size_t>(w);
   }
   return OkStatus();
+}
+
+Result<FlockGuard> FlockGuard::Acquire(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open " + path, errno);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      int e = errno;
+      close(fd);
+      return ErrnoError("flock " + path, e);
+    }
+  }
+  return FlockGuard(fd);
+}
+
+FlockGuard::~FlockGuard() {
+  if (fd_ >= 0) close(fd_);
 }
 
 }  // namespace cloister

@@ -24,4 +24,20 @@ Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t
 // first byte as SCM_RIGHTS. `what` names the peer in the error.
 Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::string& what);
 
+// An exclusive flock(2) on `path` (created 0644 if missing), held until destruction. Acquire
+// waits for the lock (retrying EINTR). For locks that must not wait, or that tests inject faults
+// into, use store::Env::Lock.
+class FlockGuard {
+ public:
+  static Result<FlockGuard> Acquire(const std::string& path);
+  FlockGuard(FlockGuard&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  FlockGuard& operator=(FlockGuard&&) = delete;
+  FlockGuard(const FlockGuard&) = delete;
+  ~FlockGuard();
+
+ private:
+  explicit FlockGuard(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 }  // namespace cloister

@@ -1,6 +1,7 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +78,30 @@ TEST(FileUtilTest, SendAllWithFdPassesTheDescriptor) {
   ASSERT_EQ(read(pipefd[0], &c, 1), 1);
   EXPECT_EQ(c, 'z');
   for (int fd : {sv[0], sv[1], pipefd[0], pipefd[1], got}) close(fd);
+}
+
+TEST(FlockGuardTest, HoldsAnExclusiveLockUntilDestroyedAndCreatesTheFile) {
+  char dir[] = "/tmp/cloister-flock-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/sub.lock";
+  // flock(2) locks belong to an open file description: a second open conflicts even here.
+  auto probe_free = [&] {
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool got = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd);
+    return got;
+  };
+  {
+    auto guard = FlockGuard::Acquire(path);
+    ASSERT_TRUE(guard.ok()) << guard.error().ToString();
+    EXPECT_FALSE(probe_free());
+    FlockGuard moved = std::move(guard).value();  // moving keeps the lock
+    EXPECT_FALSE(probe_free());
+  }
+  EXPECT_TRUE(probe_free());
+  EXPECT_FALSE(FlockGuard::Acquire(std::string(dir) + "/absent-dir/x.lock").ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/file_util.h"
 #include "base/strings.h"
 #include "catalog/names.h"
 #include "catalog/sha256.h"
@@ -69,27 +70,6 @@ void RemoveAll(const std::string& path) {
   fs::remove_all(path, ec);
 }
 
-// Holds an exclusive flock for its lifetime.
-class FileLock {
- public:
-  static Result<std::unique_ptr<FileLock>> Acquire(const std::string& path) {
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoError("open " + path, errno);
-    while (flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        int e = errno;
-        close(fd);
-        return ErrnoError("flock " + path, e);
-      }
-    }
-    return std::unique_ptr<FileLock>(new FileLock(fd));
-  }
-  ~FileLock() { close(fd_); }
-
- private:
-  explicit FileLock(int fd) : fd_(fd) {}
-  int fd_;
-};
 
 // Replaces directory `dst` with `src` atomically (exchange, then delete the old one).
 Status SwapDirInto(const std::string& src, const std::string& dst) {
@@ -445,7 +425,7 @@ Status CatalogStore::TrustKey(const std::string& key_text, const std::string& ch
   }
   ASSIGN_OR_RETURN(std::string pub, ParsePublicKey(key_text));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kKeysDir, 0700));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kKeysDir + "/" + names::kLockFile));
+  ASSIGN_OR_RETURN(auto lock, FlockGuard::Acquire(root_ + "/" + names::kKeysDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(Keyring keyring, Keyring::Load(KeyringPath()));
   keyring.Trust(pub, channel, "trusted for " + channel);
   return keyring.Save(KeyringPath());
@@ -467,7 +447,7 @@ Status CatalogStore::AdoptVerified(const Catalog& c, const std::string& catalog_
 Status CatalogStore::PublishLocal(const ImageEntry& entry, const std::string& built_dir) {
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kCatalogsDir));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kImagesDir));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
+  ASSIGN_OR_RETURN(auto lock, FlockGuard::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   {
     auto pub = LocalPublicKey();  // creates and trusts the publisher key on first use
     if (!pub.ok()) return pub.error();
@@ -526,7 +506,7 @@ Result<Catalog> CatalogStore::Import(const std::string& dir, const std::string& 
   ASSIGN_OR_RETURN(auto sig, ReadOptional(dir + "/" + names::kSignatureFile, 4096));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kCatalogsDir));
   RETURN_IF_ERROR(MkdirP(root_ + "/" + names::kImagesDir));
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
+  ASSIGN_OR_RETURN(auto lock, FlockGuard::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(Catalog c, VerifyDocument(*text, sig, channel));
   ASSIGN_OR_RETURN(auto channels, Channels());
   for (const auto& ch : channels) {
@@ -600,7 +580,7 @@ Result<Catalog> CatalogStore::Import(const std::string& dir, const std::string& 
 }
 
 Status CatalogStore::Remove(const std::string& name) {
-  ASSIGN_OR_RETURN(auto lock, FileLock::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
+  ASSIGN_OR_RETURN(auto lock, FlockGuard::Acquire(root_ + "/" + names::kCatalogsDir + "/" + names::kLockFile));
   ASSIGN_OR_RETURN(auto channels, Channels());
   for (const auto& ch : channels) {
     ASSIGN_OR_RETURN(auto c, LoadAdopted(ch));

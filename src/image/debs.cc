@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 
+#include "base/file_util.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
 #include "image/build_util.h"
@@ -19,33 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Holds an exclusive flock on CACHE/.lock for its lifetime.
-class CacheLock {
- public:
-  static Result<CacheLock> Acquire(const std::string& cache_dir) {
-    RETURN_IF_ERROR(MakeDirs(cache_dir));
-    std::string path = cache_dir + "/.lock";
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoError("open " + path, errno);
-    while (flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        int e = errno;
-        close(fd);
-        return ErrnoError("flock " + path, e);
-      }
-    }
-    return CacheLock(fd);
-  }
-  CacheLock(CacheLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  CacheLock& operator=(CacheLock&&) = delete;
-  ~CacheLock() {
-    if (fd_ >= 0) close(fd_);
-  }
-
- private:
-  explicit CacheLock(int fd) : fd_(fd) {}
-  int fd_;
-};
 
 struct Candidate {
   std::string version, arch, depends;
@@ -129,7 +103,8 @@ std::string CacheFileName(const std::string& name, const Candidate& c) {
 
 Result<std::vector<DebPackage>> FetchDebs(const std::string& cache_dir,
                                           const std::vector<std::string>& packages) {
-  ASSIGN_OR_RETURN(CacheLock lock, CacheLock::Acquire(cache_dir));
+  RETURN_IF_ERROR(MakeDirs(cache_dir));
+  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(cache_dir + "/.lock"));
   std::vector<DebPackage> out;
   std::vector<std::string> missing;
   ASSIGN_OR_RETURN(auto candidates, ShowCandidates(packages));
@@ -181,7 +156,8 @@ Status ExtractDeb(const std::string& deb, const std::string& dir) {
 }
 
 Result<KernelTree> PrepareKernel(const std::string& cache_dir, const DebPackage& kernel_deb) {
-  ASSIGN_OR_RETURN(CacheLock lock, CacheLock::Acquire(cache_dir));
+  RETURN_IF_ERROR(MakeDirs(cache_dir));
+  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(cache_dir + "/.lock"));
   std::string stem = fs::path(kernel_deb.path).stem().string();
   std::string dir = cache_dir + "/kernels/" + stem;
   if (access((dir + "/.complete").c_str(), F_OK) != 0) {

@@ -11,24 +11,11 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "base/file_util.h"
 #include "base/subprocess.h"
 
 namespace cloister::image::testing {
 namespace {
-
-// An exclusive flock on `path`, released by close().
-Result<int> LockFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open " + path, errno);
-  while (flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("flock " + path, e);
-    }
-  }
-  return fd;
-}
 
 Status HashArtifacts(SharedImage& img) {
   img.entry.name = kTestImageName;
@@ -56,16 +43,7 @@ std::string TestCacheDir() { return TestCacheRoot() + "/debs"; }
 Result<SharedImage> SharedTestImage() {
   std::string root = TestCacheRoot();
   RETURN_IF_ERROR(MakeDirs(root));
-  std::string lock_path = root + "/image-test.lock";
-  int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open " + lock_path, errno);
-  while (flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("flock " + lock_path, e);
-    }
-  }
+  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(root + "/image-test.lock"));
   SharedImage img;
   img.dir = root + "/image-test";
   std::string marker = img.dir + "/.recipe";
@@ -89,7 +67,6 @@ Result<SharedImage> SharedTestImage() {
   } else {
     status = HashArtifacts(img);
   }
-  close(fd);
   if (!status.ok()) return status.error();
   return img;
 }
@@ -98,7 +75,7 @@ Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes) {
   ASSIGN_OR_RETURN(SharedImage base, SharedTestImage());
   std::string root = TestCacheRoot();
   std::string tag = "image-test-" + std::to_string(disk_bytes >> 20) + "m";
-  ASSIGN_OR_RETURN(int fd, LockFile(root + "/" + tag + ".lock"));
+  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(root + "/" + tag + ".lock"));
   SharedImage img;
   img.dir = root + "/" + tag;
   std::string marker = img.dir + "/.recipe";
@@ -129,7 +106,6 @@ Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes) {
     }();
   }
   if (status.ok()) status = HashArtifacts(img);
-  close(fd);
   if (!status.ok()) return status.error();
   return img;
 }
