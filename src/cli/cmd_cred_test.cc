@@ -9,46 +9,29 @@
 
 #include "base/pid_file.h"
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "store/store.h"
 #include "vault/vault.h"
 
 namespace cloister::cli {
 namespace {
 
-struct Outcome {
-  int code;
-  std::string out, err;
-};
+using testing::Outcome;
 
 class CredCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/cloister-cred-XXXXXX";
-    root_ = mkdtemp(tmpl);
-    // A real workspace (the verbs find it through the store): a sparse base, a small home.
-    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
-    auto store = Store::Open(root_);
-    ASSERT_TRUE(store.ok());
-    CreateRequest req;
-    req.name = "dev";
-    req.image = root_ + "/base.raw";
-    req.home_size = 64 << 20;
-    auto created = (*store)->Create(req);
-    ASSERT_TRUE(created.ok()) << created.error().ToString();
+    // A real workspace (the verbs find it through the store).
+    ASSERT_EQ(store_.CreateWorkspace("dev"), "");
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
 
   Outcome Run(std::vector<std::string> args, const std::string& input = "") {
-    std::vector<const char*> argv = {"cloister", "--store", root_.c_str()};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in(input);
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
+    return store_.Run(args, input);
   }
 
-  std::string root_;
+  testing::TempStore store_{"cred"};
+  const std::string& root_ = store_.root();
   const std::string real_ = "sk-ant-api03-THEREALVALUE1234567890abcdefghijklmnopqrstuvAA";
 };
 

@@ -7,6 +7,7 @@
 
 #include "base/strings.h"
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "sshagent/ed25519_key.h"
 #include "sshagent/vault_key_store.h"
 #include "store/env.h"
@@ -18,46 +19,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int code;
-  std::string out, err;
-};
+using testing::Outcome;
 
 class SshKeygenCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/cloister-sshkeygen-XXXXXX";
-    root_ = mkdtemp(tmpl);
     // A real workspace (the verb finds it through the store), made without the CLI's key hook
-    // so the verb's first run makes the key: a sparse base, a small home.
-    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
-    auto store = cloister::Store::Open(root_);
-    ASSERT_TRUE(store.ok());
-    CreateRequest req;
-    req.name = "dev";
-    req.image = root_ + "/base.raw";
-    req.home_size = 64 << 20;
-    auto created = (*store)->Create(req);
-    ASSERT_TRUE(created.ok()) << created.error().ToString();
+    // so the verb's first run makes the key.
+    ASSERT_EQ(store_.CreateWorkspace("dev"), "");
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
-  Outcome Run(std::vector<std::string> args) {
-    std::vector<const char*> argv = {"cloister", "--store", root_.c_str()};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in;
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
-  }
+  Outcome Run(std::vector<std::string> args) { return store_.Run(args); }
 
   sshagent::VaultKeyStore Store() {
     return sshagent::VaultKeyStore(
         vault::VaultLocation{root_ + "/keys", root_ + "/workspaces/dev/secrets.enc", "dev"});
   }
 
-  std::string root_;
+  testing::TempStore store_{"sshkeygen"};
+  const std::string& root_ = store_.root();
 };
 
 TEST_F(SshKeygenCliTest, PrintsAStableKeyAndRegenerates) {

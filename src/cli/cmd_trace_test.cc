@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "store/store.h"
 #include "proxy/trace.h"
 
@@ -12,35 +13,18 @@ namespace {
 
 class TraceCliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cloister-tracecli-XXXXXX";
-    root_ = mkdtemp(tmpl);
-    // A real workspace (the verbs find it through the store): a sparse base, a small home.
-    ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
-    auto store = Store::Open(root_);
-    ASSERT_TRUE(store.ok());
-    CreateRequest req;
-    req.name = "dev";
-    req.image = root_ + "/base.raw";
-    req.home_size = 64 << 20;
-    auto created = (*store)->Create(req);
-    ASSERT_TRUE(created.ok()) << created.error().ToString();
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
+  void SetUp() override { ASSERT_EQ(store_.CreateWorkspace("dev"), ""); }
   int Run(std::vector<std::string> args, std::string* out) {
-    std::vector<const char*> argv = {"cloister", "--store", root_.c_str()};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream o, e;
-    std::istringstream in;
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), o, e, in);
-    *out = o.str() + e.str();
-    return code;
+    testing::Outcome r = store_.Run(args);
+    *out = r.out + r.err;
+    return r.code;
   }
   void Write(std::vector<proxy::TraceRecord> recs) {
     auto sink = proxy::TraceSink::Open(root_ + "/workspaces/dev/trace.jsonl");
     for (const auto& r : recs) (*sink)->Write(r);
   }
-  std::string root_;
+  testing::TempStore store_{"tracecli"};
+  const std::string& root_ = store_.root();
 };
 
 TEST_F(TraceCliTest, LsSummaryLeaks) {
