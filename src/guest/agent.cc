@@ -33,6 +33,7 @@
 #include "channel/mux.h"
 #include "guest/exec_server.h"
 #include "guest/spawn.h"
+#include "guest/transparent.h"
 
 namespace cloister::guest {
 namespace {
@@ -406,6 +407,36 @@ int RunAgent(const AgentOptions& o) {
     }
     std::thread(AcceptLoop, *fd, f.service, &shared, log).detach();
     log("forwarding " + f.listen + " to host service " + f.service);
+  }
+
+  // Transparent egress: DNS, redirect rules and the listener, for the whole boot.
+  std::unique_ptr<TransparentEgress> transparent;
+  if (config->transparent.enabled) {
+    TransparentOptions to;
+    to.service = config->transparent.service;
+    to.port = static_cast<uint16_t>(config->transparent.port);
+    to.dns_port = static_cast<uint16_t>(config->transparent.dns_port);
+    to.hostname = config->hostname;
+    to.system_setup = o.egress_system_setup;
+    to.resolv_conf = o.resolv_conf;
+    auto t = TransparentEgress::Start(
+        to,
+        [&shared, log](const std::string& service, int fd) {
+          std::lock_guard<std::mutex> l(shared.mu);
+          if (!shared.mux) {
+            close(fd);  // no host connected: the client's connection is reset
+            return;
+          }
+          shared.mux->OpenAsync(service, {}, fd, [log, service](Status st) {
+            if (!st.ok()) log("egress stream to host service " + service + ": " + st.error().message());
+          });
+        },
+        [log](const std::string& line) { log(line); });
+    if (t.ok()) {
+      transparent = std::move(*t);
+    } else {
+      log("egress: transparent mode not started: " + t.error().message());
+    }
   }
 
   // The ready probe, then the tmux session, then READY (now and in every later session).

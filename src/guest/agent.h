@@ -32,6 +32,11 @@ struct AgentOptions {
   // NODE_EXTRA_CA_CERTS). The bundle gets the PEM appended once, never a second time.
   std::string ca_file = "/usr/local/share/ca-certificates/cloister.crt";
   std::string ca_bundle = "/etc/ssl/certs/ca-certificates.crt";
+  // Transparent egress (guest/transparent.h), when config.json enables it: where resolv.conf
+  // goes, and whether to change the system (lo, the local route, nft rules, resolv.conf). Host
+  // tests run the agent in a network namespace of their own with a temp resolv.conf.
+  std::string resolv_conf = "/etc/resolv.conf";
+  bool egress_system_setup = true;
   std::function<void(std::string_view)> log;  // default: stderr (the serial console)
 };
 

@@ -91,6 +91,29 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
       return Bad("ca_certificate must be one PEM certificate");
     }
   }
+  if (j.contains("transparent") && !j["transparent"].is_null()) {
+    const auto& t = j["transparent"];
+    if (!t.is_object()) return Bad("transparent must be an object");
+    c.transparent.enabled = true;
+    if (t.contains("enabled")) {
+      if (!t["enabled"].is_boolean()) return Bad("transparent.enabled must be a boolean");
+      c.transparent.enabled = t["enabled"].get<bool>();
+    }
+    if (t.contains("service")) {
+      if (!t["service"].is_string() || t["service"].get<std::string>().empty()) {
+        return Bad("transparent.service must be a service name");
+      }
+      c.transparent.service = t["service"].get<std::string>();
+    }
+    for (auto [key, out] : {std::pair<const char*, int*>{"port", &c.transparent.port},
+                            {"dns_port", &c.transparent.dns_port}}) {
+      if (!t.contains(key)) continue;
+      if (!t[key].is_number_integer() || t[key].get<int64_t>() < 1 || t[key].get<int64_t>() > 65535) {
+        return Bad(std::string("transparent.") + key + " must be a port (1..65535)");
+      }
+      *out = t[key].get<int>();
+    }
+  }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");
     for (const auto& f : j["forwards"]) {

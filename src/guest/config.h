@@ -28,6 +28,15 @@ struct ForwardConfig {
   std::string service;  // host service name
 };
 
+// Transparent egress (guest/transparent.h). The host's metadata config always carries it
+// (vm/meta_disk.cc); absent means off (host unit tests of the agent).
+struct TransparentConfig {
+  bool enabled = false;
+  std::string service = "egress";  // host channel service (vm::kEgressService)
+  int port = 3129;                 // the agent's redirect listener (0.0.0.0)
+  int dns_port = 53;               // the agent's DNS (0.0.0.0, UDP and TCP)
+};
+
 struct AgentConfig {
   int version = 1;
   std::string workspace;
@@ -44,6 +53,7 @@ struct AgentConfig {
   // PEM of the per-install proxy CA the guest must trust ("" = none). Installed by ApplySetup
   // into the system trust store (see AgentOptions::ca_file / ca_bundle).
   std::string ca_certificate;
+  TransparentConfig transparent;
   int ready_timeout_s = 120;
 };
 

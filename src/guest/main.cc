@@ -30,9 +30,12 @@ int main(int argc, char** argv) {
       o.channel_path = next();
     } else if (a == "--no-setup") {
       o.setup = false;
+    } else if (a == "--resolv-conf") {
+      o.resolv_conf = next();
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: cloister-agent [--meta DIR] [--config FILE] [--channel-socket PATH] [--no-setup]\n"
+          "                      [--resolv-conf PATH]\n"
           "       cloister-agent ssh-connect [--proxy-port N] HOST PORT   (ssh ProxyCommand)\n"
           "Guest agent of a cloister workspace; started by the image's boot hook.\n");
       return 0;

@@ -35,7 +35,12 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
           {"gid", 1000},           {"home", "/home/dev"},
           {"home_device", "/dev/vdb"}, {"channel_port", "org.cloister.channel.0"},
           {"shares", shares},      {"env", env},
-          {"files", files},        {"ca_certificate", config.ca_certificate}};
+          {"files", files},        {"ca_certificate", config.ca_certificate},
+          // Transparent egress is always on (guest/transparent.h): the agent answers DNS with
+          // synthetic addresses and redirects all TCP to the host's "egress" service.
+          {"transparent", {{"service", kMetaTransparentService},
+                           {"port", kMetaTransparentPort},
+                           {"dns_port", kMetaTransparentDnsPort}}}};
 }
 
 namespace {

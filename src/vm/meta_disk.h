@@ -20,6 +20,13 @@ namespace cloister::vm {
 inline constexpr char kMetaLabel[] = "CLOISTER-META";
 inline constexpr char kMetaAgentName[] = "cloister-agent";
 inline constexpr char kMetaConfigName[] = "config.json";
+// config.json's "transparent" object (guest/transparent.h): the host channel service the agent
+// sends redirected connections to (the supervisor serves it: Egress::ServeTransparent), the
+// guest port of the agent's redirect listener and of its DNS. Always written: transparent egress
+// has no switch.
+inline constexpr char kMetaTransparentService[] = "egress";
+inline constexpr int kMetaTransparentPort = 3129;
+inline constexpr int kMetaTransparentDnsPort = 53;
 
 struct MetaShare {
   std::string tag;         // 9p mount tag
