@@ -391,6 +391,43 @@ std::string TransparentHeader(const std::string& name, uint16_t port) {
   return name + " " + std::to_string(port) + "\n";
 }
 
+namespace {
+
+// RTM_NEWROUTE on lo: `ip route add [local] DST/LEN dev lo [table local]`; an existing one is kept.
+Status AddLoRoute(uint32_t dst, uint8_t len, bool local, unsigned lo) {
+  struct {
+    nlmsghdr h;
+    rtmsg r;
+    char attrs[64];
+  } req{};
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
+  req.h.nlmsg_type = RTM_NEWROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+  req.h.nlmsg_seq = 1;
+  req.r.rtm_family = AF_INET;
+  req.r.rtm_dst_len = len;
+  req.r.rtm_table = local ? RT_TABLE_LOCAL : RT_TABLE_MAIN;
+  req.r.rtm_protocol = RTPROT_BOOT;
+  req.r.rtm_scope = local ? RT_SCOPE_HOST : RT_SCOPE_LINK;
+  req.r.rtm_type = local ? RTN_LOCAL : RTN_UNICAST;
+  auto add_attr = [&](unsigned short type, const void* data, size_t n) {
+    auto* rta = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.h.nlmsg_len));
+    rta->rta_type = type;
+    rta->rta_len = static_cast<unsigned short>(RTA_LENGTH(n));
+    std::memcpy(RTA_DATA(rta), data, n);
+    req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(rta->rta_len);
+  };
+  int oif = static_cast<int>(lo);
+  add_attr(RTA_OIF, &oif, sizeof oif);
+  if (len > 0) {
+    uint32_t be = htonl(dst);
+    add_attr(RTA_DST, &be, sizeof be);
+  }
+  return NetlinkRequest(&req, req.h.nlmsg_len, EEXIST);
+}
+
+}  // namespace
+
 Status SetupLocalRoute() {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoError("socket", errno);
@@ -407,29 +444,12 @@ Status SetupLocalRoute() {
   if (ioerr) return ErrnoError("bring lo up", ioerr);
   unsigned lo = if_nametoindex("lo");
   if (lo == 0) return ErrnoError("if_nametoindex lo", errno);
-  // RTM_NEWROUTE: local 0.0.0.0/0 dev lo table local scope host (`ip route add local default dev lo`).
-  struct {
-    nlmsghdr h;
-    rtmsg r;
-    char attrs[64];
-  } req{};
-  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
-  req.h.nlmsg_type = RTM_NEWROUTE;
-  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-  req.h.nlmsg_seq = 1;
-  req.r.rtm_family = AF_INET;
-  req.r.rtm_dst_len = 0;
-  req.r.rtm_table = RT_TABLE_LOCAL;
-  req.r.rtm_protocol = RTPROT_BOOT;
-  req.r.rtm_scope = RT_SCOPE_HOST;
-  req.r.rtm_type = RTN_LOCAL;
-  auto* rta = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.h.nlmsg_len));
-  rta->rta_type = RTA_OIF;
-  rta->rta_len = RTA_LENGTH(sizeof(int));
-  int oif = static_cast<int>(lo);
-  std::memcpy(RTA_DATA(rta), &oif, sizeof oif);
-  req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(rta->rta_len);
-  return NetlinkRequest(&req, req.h.nlmsg_len, EEXIST);
+  // Synthetic addresses are local: without the redirect (rules flushed) a connect is refused at
+  // once. Every other IPv4 destination routes into lo, where netfilter redirects it to the agent
+  // (which refuses what the DNS never gave out); without the redirect such packets loop back and
+  // are dropped. More specific routes (a container bridge in the guest) keep working.
+  RETURN_IF_ERROR(AddLoRoute(kSyntheticNet, 15, /*local=*/true, lo));
+  return AddLoRoute(0, 0, /*local=*/false, lo);
 }
 
 Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(

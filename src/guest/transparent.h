@@ -3,8 +3,9 @@
 //
 // - DNS: the agent answers on UDP and TCP port `dns_port` (0.0.0.0; /etc/resolv.conf says
 //   127.0.0.1) from a SyntheticMap (guest/dns.h): names -> 198.18.0.0/15.
-// - Routing: a `local` default route on lo (table local), so a connect() to any IPv4 address is
-//   local to the guest: nothing is ever routed out of it, whatever the firewall says.
+// - Routing: 198.18.0.0/15 is a `local` route on lo, and the IPv4 default route goes into lo, so a
+//   connect() to any address reaches netfilter and nothing is routed out of the guest, whatever
+//   the firewall says. More specific routes (a container bridge) keep working.
 // - Redirect: nftables table `ip cloister` (RedirectRuleset): nat output and prerouting (containers
 //   in the guest) send all TCP not to 127.0.0.0/8 to the agent's listener on `port` and every
 //   port-53 packet to its DNS; a filter output chain rejects every other non-loopback packet (UDP
@@ -68,7 +69,8 @@ std::string RedirectNatRuleset(uint16_t port, uint16_t dns_port);
 // ValidHostName (guest/dns.h) and `port` be 1..65535, so the line is at most 260 bytes.
 std::string TransparentHeader(const std::string& name, uint16_t port);
 
-// Brings lo up and adds the `local` IPv4 default route on it (rtnetlink; an existing one is kept).
+// Brings lo up and adds, through rtnetlink, `local 198.18.0.0/15 dev lo` (table local) and
+// `default dev lo` (an existing default route is kept).
 Status SetupLocalRoute();
 
 class TransparentEgress {
