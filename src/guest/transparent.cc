@@ -393,7 +393,8 @@ std::string TransparentHeader(const std::string& name, uint16_t port) {
 
 namespace {
 
-// RTM_NEWROUTE on lo: `ip route add [local] DST/LEN dev lo [table local]`; an existing one is kept.
+// RTM_NEWROUTE on lo: `ip route add local DST/LEN dev lo table local`, or
+// `ip route add DST/LEN dev lo src 127.0.0.1`; an existing one is kept.
 Status AddLoRoute(uint32_t dst, uint8_t len, bool local, unsigned lo) {
   struct {
     nlmsghdr h;
@@ -422,6 +423,12 @@ Status AddLoRoute(uint32_t dst, uint8_t len, bool local, unsigned lo) {
   if (len > 0) {
     uint32_t be = htonl(dst);
     add_attr(RTA_DST, &be, sizeof be);
+  }
+  if (!local) {
+    // Source 127.0.0.1: without it a socket to a non-local address gets 0.0.0.0 as its source,
+    // and the agent's reset (or answer) never reaches it.
+    uint32_t src = htonl(INADDR_LOOPBACK);
+    add_attr(RTA_PREFSRC, &src, sizeof src);
   }
   return NetlinkRequest(&req, req.h.nlmsg_len, EEXIST);
 }

@@ -70,7 +70,7 @@ std::string RedirectNatRuleset(uint16_t port, uint16_t dns_port);
 std::string TransparentHeader(const std::string& name, uint16_t port);
 
 // Brings lo up and adds, through rtnetlink, `local 198.18.0.0/15 dev lo` (table local) and
-// `default dev lo` (an existing default route is kept).
+// `default dev lo src 127.0.0.1` (an existing default route is kept).
 Status SetupLocalRoute();
 
 class TransparentEgress {
