@@ -15,10 +15,12 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "base/strings.h"
 #include "proxy/detector.h"
 #include "proxy/http_head.h"
+#include "proxy/transparent.h"
 #include "vault/crypto.h"
 
 namespace cloister::proxy {
@@ -73,9 +75,37 @@ int64_t NowMs() {
 // The client connection's view of where requests go.
 struct Origin {
   bool tls = false;
-  Authority connect;  // CONNECT authority (tls only)
+  // Transparent mode: `connect` is the header's host:port, for plain HTTP too (the request's Host
+  // must name it), and a TLS SNI must name it as well.
+  bool transparent = false;
+  Authority connect;  // CONNECT authority (tls or transparent)
   std::string sni;    // client's SNI, lower-case, "" if none (tls only)
 };
+
+// Looks like the start of an HTTP/1.x request line: a method token of capital letters and a space.
+// 1: yes, 0: no, -1: undecided (all capitals so far, fewer than 20 bytes).
+int LooksLikeHttp(std::string_view b) {
+  for (size_t i = 0; i < b.size() && i < 20; ++i) {
+    char c = b[i];
+    if (c == ' ') return i > 0 ? 1 : 0;
+    if (c < 'A' || c > 'Z') return 0;
+  }
+  return b.size() >= 20 ? 0 : -1;
+}
+
+// An address DNS returned that the guest must never reach: the host itself, link-local (cloud
+// metadata), multicast, unspecified.
+bool ForbiddenUpstream(const boost::asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return ForbiddenUpstream(boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()));
+  }
+  if (a.is_loopback() || a.is_unspecified() || a.is_multicast()) return true;
+  if (a.is_v4()) {
+    uint32_t v = a.to_v4().to_uint();
+    return (v >> 16) == 0xA9FE /* 169.254/16 */ || (v >> 24) == 0 /* 0/8 */;
+  }
+  return a.to_v6().is_link_local();
+}
 
 // One upstream connection, reused for keep-alive while the target stays the same.
 template <class S>
@@ -191,7 +221,7 @@ class Proxy::Impl {
   ~Impl() { Stop(); }
 
   Status Init();
-  void Serve(int fd);
+  void Serve(int fd, bool transparent);
   Result<uint16_t> ListenLoopback();
   void Stop();
   bool compromised() const { return tripped_.load(); }
@@ -209,9 +239,20 @@ class Proxy::Impl {
   };
 
   awaitable<void> Session(GenericSocket sock);
-  template <class Client>
+  awaitable<void> TransparentSession(GenericSocket sock);
+  template <class Up, class Client>
   awaitable<void> HttpLoop(Client& client, beast::flat_buffer& cbuf, const Origin& origin);
   awaitable<void> HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf, Authority authority);
+  // The client's bytes in `cbuf` start a TLS handshake: terminate it and serve HTTP inside.
+  awaitable<void> InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf, Origin origin,
+                               TraceRecord rec);
+  // Opaque tunnel: connects to `to` (unless `upstream` is given) and copies bytes both ways.
+  awaitable<void> Splice(GenericSocket& sock, beast::flat_buffer& cbuf, const Authority& to,
+                         std::optional<TcpSocket> upstream, TraceRecord rec);
+  // Reads more client bytes into `buf` within `ms`; false on timeout, error or end of stream.
+  awaitable<bool> ReadWithin(GenericSocket& sock, beast::flat_buffer& buf, size_t max, int ms);
+  bool OpaqueAllowed(const Authority& a) const;
+  bool Allowed(const Authority& a) const { return config_.egress_policy.Allows(a.host, a.port); }
   template <class Client, class Up>
   awaitable<bool> Forward(Client& client, beast::flat_buffer& cbuf,
                           http::request_parser<http::buffer_body>& parser, const Origin& origin,
@@ -344,7 +385,7 @@ Status Proxy::Impl::Init() {
   return OkStatus();
 }
 
-void Proxy::Impl::Serve(int fd) {
+void Proxy::Impl::Serve(int fd, bool transparent) {
   if (stopped_) {
     close(fd);
     return;
@@ -361,7 +402,11 @@ void Proxy::Impl::Serve(int fd) {
     close(fd);
     return;
   }
-  asio::co_spawn(io, Session(std::move(sock)), asio::detached);
+  if (transparent) {
+    asio::co_spawn(io, TransparentSession(std::move(sock)), asio::detached);
+  } else {
+    asio::co_spawn(io, Session(std::move(sock)), asio::detached);
+  }
 }
 
 Result<uint16_t> Proxy::Impl::ListenLoopback() {
@@ -384,7 +429,7 @@ Result<uint16_t> Proxy::Impl::ListenLoopback() {
             continue;
           }
           s.set_option(tcp::no_delay(true), ec2);
-          Serve(s.release(ec2));
+          Serve(s.release(ec2), false);
         }
       },
       asio::detached);
@@ -433,7 +478,17 @@ awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
     asio::ip::tcp::resolver resolver(ex);
     auto [rec, results] = co_await resolver.async_resolve(a.host, std::to_string(a.port), kTok);
     if (rec) co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec.message());
-    auto [cec, ep] = co_await asio::async_connect(sock, results, kTok);
+    // SECURITY: a guest-chosen name must not lead to the host's own services or link-local
+    // metadata endpoints.
+    std::vector<asio::ip::tcp::endpoint> allowed;
+    for (const auto& entry : results) {
+      if (!ForbiddenUpstream(entry.endpoint().address())) allowed.push_back(entry.endpoint());
+    }
+    if (allowed.empty()) {
+      co_return Error(ErrorCode::kPermissionDenied,
+                      a.host + " resolves to a loopback, link-local or unspecified address");
+    }
+    auto [cec, ep] = co_await asio::async_connect(sock, allowed, kTok);
     if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
   }
   error_code ec;
@@ -590,6 +645,10 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   rec.host = authority.host;
   rec.port = authority.port;
   static const std::string kOk = "HTTP/1.1 200 Connection established\r\n\r\n";
+  if (!Allowed(authority)) {
+    co_await WriteError(sock, 403, "egress policy: " + authority.HostPort() + " is not allowed", rec);
+    co_return;
+  }
   if (std::find(config_.tunnel_ports.begin(), config_.tunnel_ports.end(), authority.port) !=
       config_.tunnel_ports.end()) {
     // An opaque tunnel (SSH): only toward allowed hosts; connect first so a refusal is an HTTP
@@ -605,41 +664,13 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
     }
     auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
     if (wec) co_return;
-    auto start = std::chrono::steady_clock::now();
-    uint64_t up_bytes = 0, down_bytes = 0;
-    if (cbuf.size() > 0) {
-      auto [ec, n] = co_await asio::async_write(*upstream, cbuf.data(), kTok);
-      if (ec) co_return;
-      up_bytes += n;
-      cbuf.consume(cbuf.size());
-    }
-    using namespace asio::experimental::awaitable_operators;
-    auto pump = [](auto& from, auto& to, uint64_t& count) -> awaitable<void> {
-      std::vector<char> buf(kIoBuffer);
-      for (;;) {
-        auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
-        if (ec) break;
-        auto [wec2, wn2] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
-        if (wec2) break;
-        count += n;
-      }
-      // Half-close so the other direction can finish (ssh waits for the server's last bytes).
-      error_code sec;
-      to.shutdown(asio::socket_base::shutdown_send, sec);
-    };
-    co_await (pump(sock, *upstream, up_bytes) && pump(*upstream, sock, down_bytes));
-    rec.status = 200;
-    rec.path = "(tunnel)";
-    rec.bytes_up = up_bytes;
-    rec.bytes_down = down_bytes;
-    rec.latency_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    Record(rec);
+    co_await Splice(sock, cbuf, authority, std::move(upstream).value(), rec);
     co_return;
   }
   auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
   if (wec) co_return;
-  // SECURITY: only TLS goes through a tunnel; opaque bytes would bypass the detector.
+  // SECURITY: only TLS goes through a tunnel (opaque bytes would bypass the detector), unless the
+  // egress policy names this host:port explicitly (an opaque tunnel, never on 80/443).
   if (cbuf.size() == 0) {
     auto [rec2, rn] = co_await sock.async_read_some(cbuf.prepare(kIoBuffer), kTok);
     if (rec2) co_return;
@@ -647,13 +678,25 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   }
   const auto* first = static_cast<const unsigned char*>(cbuf.data().data());
   if (cbuf.size() == 0 || first[0] != 0x16) {
+    if (config_.egress_policy.AllowsOpaque(authority.host, authority.port)) {
+      co_await Splice(sock, cbuf, authority, std::nullopt, rec);
+      co_return;
+    }
     rec.status = 400;
     rec.error = "tunnel is not TLS";
     Record(rec);
     co_return;
   }
+  Origin origin;
+  origin.tls = true;
+  origin.connect = authority;
+  co_await InterceptTls(std::move(sock), cbuf, origin, rec);
+}
+
+awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf,
+                                          Origin origin, TraceRecord rec) {
   ssl::stream<GenericSocket> tls(std::move(sock), server_ctx_);
-  std::string connect_host = authority.host;
+  std::string connect_host = origin.connect.host;
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), &connect_host);
   auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), kTok);
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), nullptr);
@@ -664,21 +707,192 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
     co_return;
   }
   cbuf.consume(used);
-  Origin origin;
-  origin.tls = true;
-  origin.connect = authority;
   const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
   if (ValidSni(sni)) origin.sni = ToLower(sni);
   if (!origin.sni.empty() && origin.sni.back() == '.') origin.sni.pop_back();
-  co_await HttpLoop(tls, cbuf, origin);
+  if (origin.transparent && !origin.sni.empty() && origin.sni != origin.connect.host) {
+    // SECURITY: the guest resolved one name and names another in TLS: refuse rather than guess
+    // which one the request is for.
+    rec.status = 421;
+    rec.error = "TLS SNI " + origin.sni + " does not match the connection's name " +
+                origin.connect.host;
+    Record(rec);
+    error_code ec;
+    tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
+    co_return;
+  }
+  co_await HttpLoop<TlsStream>(tls, cbuf, origin);
   error_code ec;
   tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
 }
 
-template <class Client>
+awaitable<void> Proxy::Impl::Splice(GenericSocket& sock, beast::flat_buffer& cbuf,
+                                    const Authority& to, std::optional<TcpSocket> connected,
+                                    TraceRecord rec) {
+  if (!connected) {
+    auto up = co_await ConnectTcp(to);
+    if (!up.ok()) {
+      rec.status = 502;
+      rec.error = up.error().message();
+      Record(rec);
+      co_return;
+    }
+    connected.emplace(std::move(up).value());
+  }
+  TcpSocket& upstream = *connected;
+  auto start = std::chrono::steady_clock::now();
+  uint64_t up_bytes = 0, down_bytes = 0;
+  if (cbuf.size() > 0) {
+    auto [ec, n] = co_await asio::async_write(upstream, cbuf.data(), kTok);
+    if (ec) co_return;
+    up_bytes += n;
+    cbuf.consume(cbuf.size());
+  }
+  using namespace asio::experimental::awaitable_operators;
+  auto pump = [](auto& from, auto& to, uint64_t& count) -> awaitable<void> {
+    std::vector<char> buf(kIoBuffer);
+    for (;;) {
+      auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
+      if (ec) break;
+      auto [wec2, wn2] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
+      if (wec2) break;
+      count += n;
+    }
+    // Half-close so the other direction can finish (ssh waits for the server's last bytes).
+    error_code sec;
+    to.shutdown(asio::socket_base::shutdown_send, sec);
+  };
+  co_await (pump(sock, upstream, up_bytes) && pump(upstream, sock, down_bytes));
+  rec.status = 200;
+  rec.path = "(tunnel)";
+  rec.bytes_up = up_bytes;
+  rec.bytes_down = down_bytes;
+  rec.latency_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  Record(rec);
+}
+
+bool Proxy::Impl::OpaqueAllowed(const Authority& a) const {
+  if (a.port == 80 || a.port == 443) return false;
+  if (config_.egress_policy.AllowsOpaque(a.host, a.port)) return true;
+  return std::find(config_.tunnel_ports.begin(), config_.tunnel_ports.end(), a.port) !=
+             config_.tunnel_ports.end() &&
+         vault::HostInAnyScope(a.host, config_.tunnel_hosts);
+}
+
+awaitable<bool> Proxy::Impl::ReadWithin(GenericSocket& sock, beast::flat_buffer& buf, size_t max,
+                                        int ms) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(std::chrono::milliseconds(ms));
+  auto res = co_await (sock.async_read_some(buf.prepare(max), kTok) || timer.async_wait(kTok));
+  if (res.index() != 0) co_return false;
+  auto [ec, n] = std::get<0>(res);
+  if (ec || n == 0) co_return false;
+  buf.commit(n);
+  co_return true;
+}
+
+awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock) {
+  TraceRecord rec;
+  rec.time_ms = NowMs();
+  rec.mode = "transparent";
+  beast::flat_buffer cbuf;
+  cbuf.reserve(kIoBuffer);
+  // SECURITY: the header is guest bytes: at most kMaxTransparentHeader, within the idle deadline.
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(config_.transparent_idle_ms);
+  auto left_ms = [&] {
+    return std::max<int>(0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - std::chrono::steady_clock::now())
+                                                 .count()));
+  };
+  auto view = [&] {
+    return std::string_view(static_cast<const char*>(cbuf.data().data()), cbuf.size());
+  };
+  size_t nl = std::string_view::npos;
+  while ((nl = view().find('\n')) == std::string_view::npos) {
+    if (cbuf.size() >= kMaxTransparentHeader) break;
+    if (!co_await ReadWithin(sock, cbuf, kMaxTransparentHeader - cbuf.size(), left_ms())) break;
+  }
+  if (nl == std::string_view::npos || nl + 1 > kMaxTransparentHeader) {
+    if (cbuf.size() == 0) co_return;  // the guest gave up before sending anything
+    rec.status = 400;
+    rec.error = "malformed transparent header";
+    Record(rec);
+    co_return;
+  }
+  auto parsed = ParseTransparentHeader(view().substr(0, nl));
+  if (!parsed.ok()) {
+    rec.status = 400;
+    rec.error = parsed.error().message();
+    Record(rec);
+    co_return;
+  }
+  cbuf.consume(nl + 1);
+  Authority a = *parsed;
+  rec.host = a.host;
+  rec.port = a.port;
+  if (!Allowed(a)) {
+    rec.status = 403;
+    rec.error = "egress policy: " + a.HostPort() + " is not allowed";
+    Record(rec);
+    co_return;
+  }
+  if (tripped_) {
+    rec.status = 451;
+    rec.error = "workspace is compromised; nothing is forwarded";
+    Record(rec);
+    co_return;
+  }
+  bool opaque = OpaqueAllowed(a);
+  // Sniff the client's first bytes: TLS, HTTP, or something else (or nothing).
+  int wait_ms = opaque ? config_.transparent_sniff_ms : left_ms();
+  int verdict = -1;  // 1 tls, 2 http, 0 other
+  while (verdict < 0) {
+    std::string_view b = view();
+    if (!b.empty()) {
+      if (static_cast<unsigned char>(b[0]) == 0x16) {
+        verdict = 1;
+        break;
+      }
+      int http = LooksLikeHttp(b);
+      if (http >= 0) {
+        verdict = http ? 2 : 0;
+        break;
+      }
+    }
+    if (!co_await ReadWithin(sock, cbuf, kIoBuffer, wait_ms)) break;
+  }
+  Origin origin;
+  origin.transparent = true;
+  origin.connect = a;
+  if (verdict == 1) {
+    origin.tls = true;
+    co_await InterceptTls(std::move(sock), cbuf, origin, rec);
+    co_return;
+  }
+  if (verdict == 2) {
+    co_await HttpLoop<TcpSocket>(sock, cbuf, origin);
+    error_code ec;
+    sock.shutdown(asio::socket_base::shutdown_both, ec);
+    co_return;
+  }
+  if (opaque) {
+    co_await Splice(sock, cbuf, a, std::nullopt, rec);
+    co_return;
+  }
+  rec.status = 403;
+  rec.error = cbuf.size() == 0
+                  ? "no client bytes, and " + a.HostPort() + " is not an opaque tunnel"
+                  : "neither TLS nor HTTP, and " + a.HostPort() + " is not an opaque tunnel";
+  Record(rec);
+}
+
+template <class Up, class Client>
 awaitable<void> Proxy::Impl::HttpLoop(Client& client, beast::flat_buffer& cbuf,
                                       const Origin& origin) {
-  UpstreamSlot<TlsStream> up;
+  UpstreamSlot<Up> up;
   for (;;) {
     http::request_parser<http::buffer_body> parser;
     parser.header_limit(kMaxHeaderBytes);
@@ -688,6 +902,7 @@ awaitable<void> Proxy::Impl::HttpLoop(Client& client, beast::flat_buffer& cbuf,
     rec.time_ms = NowMs();
     rec.host = origin.connect.host;
     rec.port = origin.connect.port;
+    if (origin.transparent) rec.mode = "transparent";
     if (ec) {
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != ssl::error::stream_truncated && ec != asio::error::connection_reset &&
@@ -722,6 +937,7 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   r.start = std::chrono::steady_clock::now();
   r.rec.time_ms = NowMs();
   r.rec.method = std::string(req.method_string());
+  if (origin.transparent) r.rec.mode = "transparent";
   std::string_view raw_target(req.target().data(), req.target().size());
   r.rec.path = TracePath(raw_target);
 
@@ -739,6 +955,15 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     }
     if (target->form == RequestTarget::Form::kAsterisk) target->path = "*";
     r.target = origin.connect;
+  } else if (origin.transparent) {
+    // Plain HTTP redirected in the guest: it goes to the header's host:port, whatever it names.
+    if (target->form == RequestTarget::Form::kAbsolute &&
+        (target->authority.host != origin.connect.host || target->scheme != "http")) {
+      co_await WriteError(client, 400, "request target does not match the connection", r.rec);
+      co_return false;
+    }
+    if (target->form == RequestTarget::Form::kAsterisk) target->path = "*";
+    r.target = origin.connect;
   } else {
     if (target->form != RequestTarget::Form::kAbsolute || target->scheme != "http") {
       co_await WriteError(client, 400,
@@ -747,6 +972,13 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
       co_return false;
     }
     r.target = target->authority;
+    r.rec.host = r.target.host;
+    r.rec.port = r.target.port;
+    if (!Allowed(r.target)) {
+      co_await WriteError(client, 403, "egress policy: " + r.target.HostPort() + " is not allowed",
+                          r.rec);
+      co_return false;
+    }
   }
   r.rec.host = r.target.host;
   r.rec.port = r.target.port;
@@ -762,6 +994,14 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   if (!host_header.empty() && host_header != r.target.host) r.hosts.push_back(host_header);
   if (origin.tls && !origin.sni.empty() && origin.sni != r.target.host) r.hosts.push_back(origin.sni);
   r.names_agree = origin.tls && host_header == r.target.host && origin.sni == r.target.host;
+  if (origin.transparent && host_header != r.target.host) {
+    // SECURITY: the guest resolved one name and asks another: refuse rather than guess.
+    co_await WriteError(client, 421,
+                        "Host " + host_header + " does not match the connection's name " +
+                            r.target.host,
+                        r.rec);
+    co_return false;
+  }
   for (size_t i = 0; i < config_.credentials.size(); ++i) {
     const auto& hosts = config_.credentials[i].credential.hosts;
     if (std::all_of(r.hosts.begin(), r.hosts.end(),
@@ -1193,7 +1433,8 @@ Result<std::unique_ptr<Proxy>> Proxy::Start(ProxyConfig config) {
   return std::unique_ptr<Proxy>(new Proxy(std::move(impl)));
 }
 
-void Proxy::Serve(int fd) { impl_->Serve(fd); }
+void Proxy::Serve(int fd) { impl_->Serve(fd, false); }
+void Proxy::ServeTransparent(int fd) { impl_->Serve(fd, true); }
 Result<uint16_t> Proxy::ListenLoopback() { return impl_->ListenLoopback(); }
 void Proxy::Stop() {
   if (impl_) impl_->Stop();

@@ -24,6 +24,24 @@
 //     hold-back of one placeholder length, and on detection the upstream connection is reset
 //     before the placeholder's bytes are written.
 //   - one trace record per request (trace.h).
+//   - the workspace's egress policy (policy.h) decides which host:port may be reached at all:
+//     a CONNECT or absolute-form request elsewhere gets 403 and a trace record with the reason.
+//
+// Transparent mode (ServeTransparent, the "egress" channel service): the guest agent redirects
+// every outbound TCP connection and starts the stream with one header line "<host> <port>\n"
+// (transparent.h). The proxy checks the egress policy (refusal: the stream is closed, and
+// traced), then looks at the client's first bytes:
+//   - a TLS ClientHello (any port): intercepted exactly as after a CONNECT to host:port; an SNI
+//     other than the header's name is refused (closed, traced);
+//   - an HTTP request line: proxied as if absolute-form to http://host:port, the Host header must
+//     name the header's host (else 421);
+//   - anything else, or nothing within transparent_sniff_ms (server-speaks-first protocols):
+//     spliced unread to host:port only where an opaque tunnel is allowed (an egress entry naming
+//     that port, or the SSH policy's tunnel ports and hosts; never 80/443), else closed and traced.
+// Both modes share this instance: one substitution map, one compromise detector, one trace.
+// Neither mode connects to a loopback, link-local, multicast or unspecified address that DNS
+// returned (the host's own services and cloud metadata stay out of reach); resolve overrides
+// (tests) are exempt.
 //
 // Threading: Start() runs `threads` single-threaded event loops; each connection lives on one of
 // them (round robin), so its handlers never hop between threads.
@@ -42,6 +60,7 @@
 #include "base/result.h"
 #include "proxy/ca.h"
 #include "proxy/filter.h"
+#include "proxy/policy.h"
 #include "proxy/trace.h"
 #include "vault/vault.h"
 
@@ -79,6 +98,14 @@ struct ProxyConfig {
   // CONNECT must carry TLS. Empty (the default): no opaque tunnels.
   std::vector<uint16_t> tunnel_ports;
   std::vector<std::string> tunnel_hosts;
+  // Which host:port the guest may reach (both modes); the default allows all.
+  EgressPolicy egress_policy;
+  // Transparent mode: how long to wait for the client's first bytes when an opaque tunnel to the
+  // destination is allowed (silence then means a server-speaks-first protocol, and the bytes are
+  // spliced); without an opaque tunnel the proxy waits up to transparent_idle_ms, then closes.
+  // The header itself must arrive within transparent_idle_ms.
+  int transparent_sniff_ms = 1000;
+  int transparent_idle_ms = 30000;
 };
 
 class Proxy {
@@ -88,6 +115,9 @@ class Proxy {
 
   // Takes ownership of a connected stream socket (unix or TCP) and serves it until it closes.
   void Serve(int fd);
+  // Same, for a transparent-mode stream: the header line "<host> <port>\n", then the client's
+  // raw bytes (see the top of this file and transparent.h).
+  void ServeTransparent(int fd);
   // Listens on 127.0.0.1:0 and serves every accepted connection; returns the port.
   Result<uint16_t> ListenLoopback();
   // Closes every connection and joins the threads. Idempotent.

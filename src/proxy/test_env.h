@@ -79,6 +79,8 @@ class ProxyEnv {
     cfg.filters = filters;
     cfg.tunnel_ports = tunnel_ports;
     cfg.tunnel_hosts = tunnel_hosts;
+    cfg.egress_policy = egress_policy;
+    cfg.transparent_sniff_ms = sniff_ms;
     auto p = Proxy::Start(std::move(cfg));
     ASSERT_TRUE(p.ok()) << p.error().ToString();
     proxy = std::move(p).value();
@@ -111,6 +113,8 @@ class ProxyEnv {
   std::vector<std::shared_ptr<RequestFilter>> filters;  // set before StartProxy
   std::vector<uint16_t> tunnel_ports;                   // set before StartProxy
   std::vector<std::string> tunnel_hosts;
+  EgressPolicy egress_policy;  // set before StartProxy
+  int sniff_ms = 1000;         // transparent mode's wait for a client's first bytes
   std::unique_ptr<Proxy> proxy;
   uint16_t proxy_port = 0;
   std::mutex mu;

@@ -21,6 +21,7 @@ nlohmann::json TraceRecord::ToJson() const {
                       {"bytes_down", bytes_down}, {"latency_ms", latency_ms}, {"swaps", swaps},
                       {"leaks", leaks_j}, {"blocked", blocked}};
   if (!error.empty()) j["error"] = error;
+  if (!mode.empty()) j["mode"] = mode;
   return j;
 }
 
@@ -39,6 +40,7 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
     r.latency_ms = j.value("latency_ms", 0.0);
     r.blocked = j.value("blocked", false);
     r.error = j.value("error", "");
+    r.mode = j.value("mode", "");
     if (j.contains("swaps") && j["swaps"].is_array()) {
       for (const auto& s : j["swaps"]) {
         if (s.is_string()) r.swaps.push_back(s.get<std::string>());

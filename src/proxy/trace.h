@@ -4,7 +4,8 @@
 // `cloister trace ls|summary|leaks`. Fields: time (unix ms), host, port, method, path (query
 // string removed), status, bytes_up/bytes_down (body bytes), latency_ms (request head to end of
 // response), swaps (credential ids substituted), leaks ([{credential, where, encoding, action}]),
-// blocked.
+// blocked, error (why the proxy refused or failed, e.g. "egress policy: ..."), mode ("transparent"
+// for the guest's redirected connections, the "egress" service; absent for proxy mode).
 // SECURITY: never a secret value. Placeholders are not secret; real values never reach a record
 // (the proxy only records ids), and query strings are dropped because they may carry other data.
 #pragma once
@@ -44,6 +45,7 @@ struct TraceRecord {
   std::vector<LeakFlag> leaks;
   bool blocked = false;
   std::string error;  // short reason for 4xx/5xx produced by the proxy itself
+  std::string mode;   // "" (proxy mode: CONNECT / absolute-form) or "transparent"
 
   nlohmann::json ToJson() const;
   static Result<TraceRecord> FromJson(const nlohmann::json& j);

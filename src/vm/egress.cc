@@ -102,6 +102,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   // toward its SSH hosts (sshagent/policy.h).
   cfg.tunnel_ports = options.ssh_ports;
   cfg.tunnel_hosts = options.ssh_hosts;
+  cfg.egress_policy = options.egress_policy;
   e->guest_.files.push_back({sshagent::kGuestSshConfigPath,
                              sshagent::GuestSshConfig(sshagent::kGuestConnectCommand, kGuestAgentSocket),
                              0644, "root"});

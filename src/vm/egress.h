@@ -25,6 +25,10 @@ namespace cloister::vm {
 // supervisor's "proxy" channel service (guest/config.cc default forwards).
 inline constexpr char kGuestProxyUrl[] = "http://127.0.0.1:3128";
 inline constexpr char kProxyService[] = "proxy";
+// Transparent egress: the guest agent opens one stream of this service per redirected outbound
+// TCP connection and writes "<host> <port>\n" first (proxy/transparent.h); the supervisor hands
+// it to Egress::ServeTransparent. Same proxy instance as kProxyService.
+inline constexpr char kEgressService[] = "egress";
 // Where the guest's CA bundle is (the agent appends the proxy CA to it; guest/agent.h).
 inline constexpr char kGuestCaBundle[] = "/etc/ssl/certs/ca-certificates.crt";
 inline constexpr char kGuestCaFile[] = "/usr/local/share/ca-certificates/cloister.crt";
@@ -66,6 +70,9 @@ struct EgressOptions {
   // workspace's SSH policy (sshagent/policy.h, `cloister ssh-policy`); these are its defaults.
   std::vector<uint16_t> ssh_ports = {22};
   std::vector<std::string> ssh_hosts = {"github.com", "gitlab.com", "bitbucket.org"};
+  // Which host:port the guest may reach, in both modes (proxy/policy.h; the supervisor reads it
+  // from the workspace's config.json "egress" at every boot). Default: allow all.
+  proxy::EgressPolicy egress_policy;
 };
 
 // Reads CLOISTER_PROXY_RESOLVE ("host:port=ip:port,..."; its presence also sets resolve_only, so a
@@ -83,6 +90,8 @@ class Egress {
   const GuestSetup& guest() const { return guest_; }
   // Hands one connected guest stream to the proxy (the mux's "proxy" service handler).
   void Serve(int fd) { proxy_->Serve(fd); }
+  // Hands one transparent-mode guest stream to the same proxy (the mux's "egress" service).
+  void ServeTransparent(int fd) { proxy_->ServeTransparent(fd); }
   bool compromised() const { return proxy_->compromised(); }
   void Stop();
 

@@ -29,6 +29,7 @@
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
 #include "vm/control.h"
+#include "proxy/policy.h"
 #include "vm/egress.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
@@ -239,6 +240,8 @@ Status Supervisor::StartEgress() {
   ASSIGN_OR_RETURN(sshagent::SshPolicy ssh_policy, sshagent::SshPolicyFromConfig(config_));
   eo.ssh_ports = ssh_policy.tunnel_ports;
   eo.ssh_hosts = ssh_policy.tunnel_hosts;
+  // The egress policy (config.json "egress"), for both proxy and transparent mode; fail closed.
+  ASSIGN_OR_RETURN(eo.egress_policy, proxy::EgressPolicyFromConfig(config_));
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
   ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
   egress_ = std::move(egress);
@@ -407,6 +410,9 @@ Status Supervisor::Boot(bool resume) {
     std::shared_ptr<Egress> egress = egress_;
     mux->RegisterService(kProxyService, [egress](int fd, const std::vector<std::string>&) {
       egress->Serve(fd);  // takes ownership of fd
+    });
+    mux->RegisterService(kEgressService, [egress](int fd, const std::vector<std::string>&) {
+      egress->ServeTransparent(fd);  // takes ownership of fd
     });
     std::shared_ptr<sshagent::SignOnlyAgent> agent = ssh_agent_;
     mux->RegisterService("ssh-agent", [agent](int fd, const std::vector<std::string>&) {
