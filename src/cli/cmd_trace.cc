@@ -75,6 +75,8 @@ void AddTraceCommand(CLI::App& app, Cli& cli) {
           for (size_t i = 0; i < r.swaps.size(); ++i) cli.out() << (i ? "," : "") << r.swaps[i];
         }
         if (!r.leaks.empty()) cli.out() << "  LEAK " << Leaks(r);
+        if (!r.mode.empty()) cli.out() << "  [" << r.mode << "]";
+        if (!r.error.empty()) cli.out() << "  (" << r.error << ")";
         cli.out() << "\n";
       }
     });

@@ -28,6 +28,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddAuditCommand(app, cli);
   AddSshPolicyCommand(app, cli);
   AddSshConfirmCommand(app, cli);
+  AddEgressCommand(app, cli);
 }
 
 }  // namespace cloister::cli

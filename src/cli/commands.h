@@ -30,6 +30,7 @@ void AddRunCommand(CLI::App& app, Cli& cli);
 void AddAuditCommand(CLI::App& app, Cli& cli);
 void AddSshPolicyCommand(CLI::App& app, Cli& cli);
 void AddSshConfirmCommand(CLI::App& app, Cli& cli);
+void AddEgressCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -11,10 +11,12 @@
 
 namespace cloister::proxy::testing {
 
-Result<std::unique_ptr<TransparentRelay>> TransparentRelay::Start(Proxy* proxy, std::string header) {
+Result<std::unique_ptr<TransparentRelay>> TransparentRelay::Start(Proxy* proxy, std::string header,
+                                                                 bool transparent) {
   std::unique_ptr<TransparentRelay> r(new TransparentRelay());
   r->proxy_ = proxy;
   r->header_ = std::move(header);
+  r->transparent_ = transparent;
   if (pipe2(r->stop_pipe_, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
   r->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (r->listen_fd_ < 0) return ErrnoError("socket", errno);
@@ -64,7 +66,11 @@ void TransparentRelay::AcceptLoop() {
       close(c);
       continue;
     }
-    proxy_->ServeTransparent(sp[1]);
+    if (transparent_) {
+      proxy_->ServeTransparent(sp[1]);
+    } else {
+      proxy_->Serve(sp[1]);
+    }
     std::lock_guard<std::mutex> l(mu_);
     threads_.emplace_back([this, c, s = sp[0]] { Pump(c, s); });
   }

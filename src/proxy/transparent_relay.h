@@ -21,7 +21,10 @@ namespace cloister::proxy::testing {
 class TransparentRelay {
  public:
   // `header` is written verbatim (normally "host port\n"); `proxy` must outlive the relay.
-  static Result<std::unique_ptr<TransparentRelay>> Start(Proxy* proxy, std::string header);
+  // With `transparent` false the streams go to Proxy::Serve instead (proxy mode, no header): the
+  // same relay hop in front of both modes, for the bench.
+  static Result<std::unique_ptr<TransparentRelay>> Start(Proxy* proxy, std::string header,
+                                                         bool transparent = true);
   ~TransparentRelay();
   uint16_t port() const { return port_; }
 
@@ -31,6 +34,7 @@ class TransparentRelay {
   void Pump(int client, int stream);
   Proxy* proxy_ = nullptr;
   std::string header_;
+  bool transparent_ = true;
   int listen_fd_ = -1;
   int stop_pipe_[2] = {-1, -1};
   uint16_t port_ = 0;
