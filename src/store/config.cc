@@ -14,7 +14,7 @@ using nlohmann::json;
 const char* kKnownKeys[] = {"version",    "name",     "id",         "created",
                             "image",      "memory_mib", "cpus",     "home_size",
                             "volumes",    "mac",      "compromised", "disks",
-                            "layers",     "checkpoints", "next_generation"};
+                            "layers",     "checkpoints", "next_generation", "tool"};
 
 bool IsKnownKey(const std::string& key) {
   for (const char* k : kKnownKeys) {
@@ -109,6 +109,7 @@ json ConfigToJson(const WorkspaceConfig& c) {
   }
   doc["volumes"] = vols;
   doc["mac"] = c.mac;
+  doc["tool"] = c.tool;
   doc["compromised"] = {{"flag", c.compromised},
                         {"reason", c.compromised_reason},
                         {"at", c.compromised_at}};
@@ -177,6 +178,8 @@ Result<WorkspaceConfig> ConfigFromJson(const std::string& text) {
     }
   }
   RETURN_IF_ERROR(Get(doc, "mac", c.mac));
+  RETURN_IF_ERROR(Get(doc, "tool", c.tool));
+  if (c.tool.empty() || c.tool.size() > 64) return Corrupt("tool is empty or too long");
   if (auto it = doc.find("compromised"); it != doc.end()) {
     if (!it->is_object()) return Corrupt("compromised is not an object");
     RETURN_IF_ERROR(Get(*it, "flag", c.compromised));

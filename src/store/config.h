@@ -89,6 +89,10 @@ struct WorkspaceConfig {
   uint64_t home_size = kDefaultHomeSize;
   std::vector<Volume> volumes;
   std::string mac;  // "02:xx:xx:xx:xx:xx", reserved in the store's MAC registry
+  // The coding agent the workspace runs (base/agent_tools.h: "shell", "claude", "codex"). Kept as
+  // read (a newer build's tool name survives); checked against the table where it is used
+  // (create, config, the supervisor at start).
+  std::string tool = "shell";
 
   bool compromised = false;
   std::string compromised_reason;

@@ -97,6 +97,30 @@ TEST(ConfigTest, RejectsDamagedDocuments) {
   EXPECT_EQ(ConfigFromJson(v.dump()).error().code(), ErrorCode::kFailedPrecondition);
 }
 
+TEST(ConfigTest, ToolIsStoredAndDefaultsToTheShell) {
+  WorkspaceConfig c = Sample();
+  EXPECT_EQ(c.tool, "shell");
+  c.tool = "claude";
+  Result<WorkspaceConfig> back = ConfigFromJson(ConfigToJson(c).dump());
+  ASSERT_TRUE(back.ok()) << back.error().ToString();
+  EXPECT_EQ(back->tool, "claude");
+  // A config written before the tool existed is a shell workspace; `tool` is not kept in extra.
+  nlohmann::json old = ConfigToJson(Sample());
+  old.erase("tool");
+  back = ConfigFromJson(old.dump());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->tool, "shell");
+  EXPECT_FALSE(back->extra.contains("tool"));
+  // A newer build's tool name is kept as read (checked where it is used); a wrong type is not.
+  nlohmann::json newer = ConfigToJson(Sample());
+  newer["tool"] = "aider";
+  EXPECT_EQ(ConfigFromJson(newer.dump())->tool, "aider");
+  newer["tool"] = 7;
+  EXPECT_EQ(ConfigFromJson(newer.dump()).error().code(), ErrorCode::kCorrupt);
+  newer["tool"] = "";
+  EXPECT_EQ(ConfigFromJson(newer.dump()).error().code(), ErrorCode::kCorrupt);
+}
+
 TEST(ConfigTest, WorkspaceNames) {
   for (const char* ok : {"a", "dev", "claude-1", "my.project_2", "0abc",
                          "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij123"}) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "base/agent_tools.h"
 #include "base/pid_file.h"
 #include "base/strings.h"
 #include "store/image_ref.h"
@@ -414,6 +415,7 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
                  "--home-size " + FormatSize(req.home_size) + " is out of range",
                  "use a multiple of 4 KiB between 64 MiB and 16 TiB, e.g. 64G");
   }
+  RETURN_IF_ERROR(ParseAgentTool(req.tool));
   for (const Volume& v : req.volumes) {
     ASSIGN_OR_RETURN(FileInfo vi, env_->Stat(v.host));
     if (!vi.is_dir) {
@@ -467,6 +469,7 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
   c.cpus = req.cpus;
   c.home_size = req.home_size;
   c.volumes = req.volumes;
+  c.tool = req.tool;
 
   auto build = [&]() -> Status {
     // System disk (generation 1), home image (generation 2), SSH key.

@@ -138,6 +138,7 @@ struct CreateRequest {
   uint32_t cpus = kDefaultCpus;
   uint64_t home_size = kDefaultHomeSize;
   std::vector<Volume> volumes;
+  std::string tool = "shell";  // base/agent_tools.h; checked by Create
 };
 
 // Proof of holding a workspace's lock; released when destroyed.

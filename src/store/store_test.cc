@@ -138,6 +138,9 @@ TEST_F(StoreTest, BadInputIsOneErrorWithAHintAndChangesNothing) {
   CreateRequest vol = Req("v");
   vol.volumes = {{tmp_.Sub("no-such-dir"), "/mnt/x", false}};
   cases.push_back({vol, ErrorCode::kNotFound});
+  CreateRequest tool = Req("tl");
+  tool.tool = "emacs";  // not a tool of base/agent_tools.h
+  cases.push_back({tool, ErrorCode::kInvalidArgument});
   CreateRequest tiny = Req("t");
   tiny.home_size = 1 << 20;
   cases.push_back({tiny, ErrorCode::kInvalidArgument});
