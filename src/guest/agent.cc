@@ -253,14 +253,20 @@ Status CheckTerminal(const UserInfo& user, const std::vector<std::string>& env, 
   return OkStatus();
 }
 
-Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user) {
+Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
+                         const std::string& cwd, const std::vector<std::string>& window_command,
+                         const std::string& window_name) {
   SpawnSpec spec;
   spec.argv = {"tmux", "new-session", "-d", "-s", "cloister"};
+  if (!cwd.empty()) spec.argv.insert(spec.argv.end(), {"-c", cwd});
+  if (!window_name.empty()) spec.argv.insert(spec.argv.end(), {"-n", window_name});
+  // tmux runs a command given as several arguments directly (no shell re-parsing).
+  spec.argv.insert(spec.argv.end(), window_command.begin(), window_command.end());
   spec.env = env;
   bool has_term = false;
   for (const auto& e : env) has_term |= StartsWith(e, "TERM=");
   if (!has_term) spec.env.push_back("TERM=xterm-256color");
-  spec.cwd = user.home;
+  spec.cwd = cwd.empty() ? user.home : cwd;
   if (switch_user) spec.user = user;
   spec.stdin_null = true;
   // `has-session` first so an existing session is kept.
@@ -388,6 +394,10 @@ int RunAgent(const AgentOptions& o) {
       config->boot_id);
   if (o.setup) ApplySetup(*config, o);
 
+  // The coding agent (guest/tool.h): its installer starts once the terminal is proven (the proxy
+  // forwarder listens by then); its window script is what the tmux session's first window runs.
+  const AgentTool* tool = FindAgentTool(config->tool);
+
   ExecServerOptions exec_opts;
   exec_opts.base_env = config->env;
   exec_opts.passwd_path = o.passwd_path;
@@ -440,7 +450,7 @@ int RunAgent(const AgentOptions& o) {
   }
 
   // The ready probe, then the tmux session, then READY (now and in every later session).
-  std::thread([&, cfg = *config] {
+  std::thread([&, cfg = *config, tool] {
     auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
     if (!user.ok()) {
       log("ready check: " + user.error().message());
@@ -465,7 +475,24 @@ int RunAgent(const AgentOptions& o) {
       return;
     }
     auto t1 = std::chrono::steady_clock::now();
-    if (auto t = EnsureTmuxSession(*user, env, o.switch_user); !t.ok()) {
+    std::vector<std::string> window;
+    std::string window_name;
+    if (tool && !tool->package.empty()) {
+      std::map<std::string, std::string> root_env = {
+          {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};
+      for (const auto& [k, v] : cfg.env) root_env[k] = v;
+      std::vector<std::string> install_env;
+      for (const auto& [k, v] : root_env) install_env.push_back(k + "=" + v);
+      if (auto st = StartToolInstall(*tool, o.tool_paths, cfg.workdir, install_env); !st.ok()) {
+        log("tool " + cfg.tool + ": " + st.error().message());
+      } else {
+        log("tool " + cfg.tool + ": installer started (log " + o.tool_paths.log + ")");
+      }
+      window = ToolWindowCommand(*tool, o.tool_paths);
+      window_name = std::string(tool->name);
+    }
+    if (auto t = EnsureTmuxSession(*user, env, o.switch_user, cfg.workdir, window, window_name);
+        !t.ok()) {
       log(t.error().message());
     }
     log("terminal probe " + secs(t1 - t0) + ", tmux session " +

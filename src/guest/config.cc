@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/agent_tools.h"
+
 namespace cloister::guest {
 namespace {
 
@@ -113,6 +115,16 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
       }
       *out = t[key].get<int>();
     }
+  }
+  // SECURITY: the tool name only selects a row of the compiled-in table (package, version and
+  // command never come from the config); the workdir is an absolute path handed to tmux as one
+  // argv element.
+  RETURN_IF_ERROR(str("tool", c.tool));
+  if (!FindAgentTool(c.tool)) return Bad("unknown tool '" + c.tool.substr(0, 64) + "'");
+  RETURN_IF_ERROR(str("workdir", c.workdir));
+  if (!c.workdir.empty() && (c.workdir[0] != '/' || c.workdir.size() > 4096 ||
+                             c.workdir.find('\0') != std::string::npos)) {
+    return Bad("workdir must be an absolute path");
   }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");

@@ -55,6 +55,10 @@ struct AgentConfig {
   std::string ca_certificate;
   TransparentConfig transparent;
   int ready_timeout_s = 120;
+  // The coding agent of the workspace (base/agent_tools.h; "shell": none) and the folder its tmux
+  // window starts in ("" = the home; else the first shared folder's guest path).
+  std::string tool = "shell";
+  std::string workdir;
 };
 
 Result<AgentConfig> ParseAgentConfig(const std::string& json);
