@@ -38,6 +38,27 @@ std::map<std::string, std::string> ProxyEnvironment() {
   };
 }
 
+std::map<std::string, std::string> ToolEnvironment(const std::string& tool) {
+  if (tool == "claude") {
+    return {{"DISABLE_AUTOUPDATER", "1"}, {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"}};
+  }
+  return {};
+}
+
+Result<std::map<std::string, std::string>> GuestNpmRegistryFromEnv() {
+  const char* r = std::getenv("CLOISTER_GUEST_NPM_REGISTRY");
+  if (!r || !*r) return std::map<std::string, std::string>{};
+  std::string url = r;
+  bool ok = StartsWith(url, "https://") && url.size() > 8 && url.size() < 512;
+  for (char c : url) ok = ok && c > ' ' && c < 0x7f && c != '\'' && c != '"';
+  if (!ok) {
+    return Error(ErrorCode::kInvalidArgument, "CLOISTER_GUEST_NPM_REGISTRY: bad URL '" + url + "'",
+                 "use https://HOST[:PORT]/ or unset it");
+  }
+  if (url.back() != '/') url += '/';
+  return std::map<std::string, std::string>{{"npm_config_registry", url}};
+}
+
 Status EgressOverridesFromEnv(EgressOptions& options) {
   if (const char* r = std::getenv("CLOISTER_PROXY_RESOLVE"); r && *r) {
     for (const std::string& item : Split(r, ',')) {

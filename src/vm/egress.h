@@ -104,4 +104,14 @@ class Egress {
 // The guest environment that points every common tool at the proxy and the CA (pure; tested).
 std::map<std::string, std::string> ProxyEnvironment();
 
+// The guest environment a coding agent gets besides its placeholder key (pure; tested): Claude
+// Code neither updates itself (the install is pinned, base/agent_tools.h) nor sends telemetry or
+// error reports, so its only traffic is its API.
+std::map<std::string, std::string> ToolEnvironment(const std::string& tool);
+
+// npm's registry in the guest: npm's own default unless CLOISTER_GUEST_NPM_REGISTRY names an
+// https:// URL (tests point it at a made-up name that CLOISTER_PROXY_RESOLVE maps to a local fake
+// registry). Returns the variables to add ({} normally); a malformed value is an error.
+Result<std::map<std::string, std::string>> GuestNpmRegistryFromEnv();
+
 }  // namespace cloister::vm

@@ -87,6 +87,26 @@ TEST(EgressOverridesTest, ParsesResolveAndRefusesMalformedEntries) {
   EXPECT_FALSE(none.resolve_only);
 }
 
+TEST(ToolEnvironmentTest, ClaudeNeitherUpdatesItselfNorPhonesHomeAndTheRegistryOverrideIsChecked) {
+  auto claude = ToolEnvironment("claude");
+  EXPECT_EQ(claude.at("DISABLE_AUTOUPDATER"), "1");
+  EXPECT_EQ(claude.at("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), "1");
+  EXPECT_TRUE(ToolEnvironment("shell").empty());
+  unsetenv("CLOISTER_GUEST_NPM_REGISTRY");
+  auto none = GuestNpmRegistryFromEnv();
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());  // npm's own default
+  setenv("CLOISTER_GUEST_NPM_REGISTRY", "https://registry.npm.test", 1);
+  auto set = GuestNpmRegistryFromEnv();
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->at("npm_config_registry"), "https://registry.npm.test/");
+  for (const char* bad : {"http://registry.npm.test/", "https://", "https://a b/", "ftp://x/"}) {
+    setenv("CLOISTER_GUEST_NPM_REGISTRY", bad, 1);
+    EXPECT_FALSE(GuestNpmRegistryFromEnv().ok()) << bad;
+  }
+  unsetenv("CLOISTER_GUEST_NPM_REGISTRY");
+}
+
 TEST_F(EgressTest, WithoutCredentialsTheGuestStillGetsTheProxyAndTheCa) {
   auto e = Egress::Start(opts_);
   ASSERT_TRUE(e.ok()) << e.error().ToString();

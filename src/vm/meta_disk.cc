@@ -40,7 +40,8 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
           // synthetic addresses and redirects all TCP to the host's "egress" service.
           {"transparent", {{"service", kMetaTransparentService},
                            {"port", kMetaTransparentPort},
-                           {"dns_port", kMetaTransparentDnsPort}}}};
+                           {"dns_port", kMetaTransparentDnsPort}}},
+          {"tool", config.tool},   {"workdir", config.workdir}};
 }
 
 namespace {

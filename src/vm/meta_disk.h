@@ -48,6 +48,10 @@ struct MetaConfig {
   };
   std::vector<File> files;
   std::string ca_certificate;  // PEM of the proxy CA the guest trusts ("" = none)
+  // The coding agent (base/agent_tools.h name; the guest maps it to its pinned package) and the
+  // folder its tmux window starts in ("" = the home; else the first shared folder).
+  std::string tool = "shell";
+  std::string workdir;
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,

@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/agent_tools.h"
 #include "channel/exec_client.h"
 #include "channel/mux.h"
 #include "store/store.h"
@@ -291,6 +292,18 @@ Status Supervisor::Boot(bool resume) {
     meta.files.push_back({f.path, f.content, f.mode, f.owner});
   }
   meta.ca_certificate = egress_->guest().ca_pem;
+  // The coding agent (base/agent_tools.h): the guest installs it at its first boot and runs it in
+  // the first tmux window, in the first shared folder (or the home).
+  if (!FindAgentTool(config_.tool)) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "workspace " + opts_.name + ": unknown tool '" + config_.tool + "'",
+                 "`cloister config " + opts_.name + " --tool shell` (or " + AgentToolNames() + ")");
+  }
+  meta.tool = config_.tool;
+  if (!config_.volumes.empty()) meta.workdir = config_.volumes.front().guest;
+  for (const auto& [k, v] : ToolEnvironment(config_.tool)) meta.env[k] = v;
+  ASSIGN_OR_RETURN(auto registry, GuestNpmRegistryFromEnv());
+  for (const auto& [k, v] : registry) meta.env[k] = v;
   VmSpec spec;
   int i = 0;
   for (const Volume& v : config_.volumes) {
