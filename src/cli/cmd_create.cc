@@ -1,3 +1,4 @@
+#include "base/agent_tools.h"
 #include "base/strings.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
@@ -8,7 +9,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand("create", "Create a workspace: a system disk cloned from a base "
                                            "image, an empty home, a MAC and a keypair");
   struct Opts {
-    std::string name, image, home_size = "64G";
+    std::string name, image, home_size = "64G", tool = kDefaultToolName;
     uint32_t memory = kDefaultMemoryMib, cpus = kDefaultCpus;
     std::vector<std::string> volumes;
     bool json = false;
@@ -29,6 +30,12 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("-v,--volume", o->volumes,
                   "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (repeatable; never modified by "
                   "cloister's disposal verbs)");
+  cmd->add_option("--tool", o->tool,
+                  "The coding agent it runs: " + AgentToolNames() +
+                      ". claude and codex are installed in the guest at its first boot (npm, "
+                      "through the proxy) and run in the first tmux window; change it later with "
+                      "`cloister config NAME --tool`")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
   cmd->callback([&cli, o] {
     CreateRequest req;
@@ -36,6 +43,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     req.image = o->image;
     req.memory_mib = o->memory;
     req.cpus = o->cpus;
+    req.tool = o->tool;
     Result<uint64_t> home = ParseSize(o->home_size);
     if (!home.ok()) {
       cli.Fail(home.error());
@@ -43,7 +51,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     }
     req.home_size = *home;
     for (const std::string& v : o->volumes) {
-      Result<Volume> vol = ParseVolumeSpec(v);
+      Result<Volume> vol = ParseVolumeSpec(AbsoluteVolumeHost(v));
       if (!vol.ok()) {
         cli.Fail(vol.error());
         return;
@@ -76,7 +84,8 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
               << ", sha256 " << c->image.sha256 << "\n"
               << "  home:        " << BaseName(d.home.path) << " (" << FormatSize(c->home_size)
               << " sparse ext4)\n"
-              << "  MAC:         " << c->mac << "\n";
+              << "  MAC:         " << c->mac << "\n"
+              << "  tool:        " << c->tool << "\n";
   });
 }
 

@@ -1,6 +1,7 @@
-// `cloister run [NAME] [--rm] [-d] [-v HOSTDIR[:GUEST][:ro]]... [-- CMD...]`: creates the workspace
-// if needed (a fresh generated name without NAME), starts it if needed, then runs CMD in it (or
-// attaches to its tmux session). With --rm the workspace (directory and MAC) is deleted when the
+// `cloister run [NAME] [--rm] [-d] [--tool T] [-v HOSTDIR[:GUEST][:ro]]... [-- CMD...]`: creates the
+// workspace if needed (a fresh generated name without NAME; with --tool its coding agent, whose key
+// it takes from this environment), starts it if needed, then runs CMD in it (or attaches to its
+// tmux session, whose first window runs the agent). With --rm the workspace (directory and MAC) is deleted when the
 // VM stops: after CMD ends, after Ctrl-C or SIGTERM, after a QEMU crash or a killed supervisor.
 // The config is marked ephemeral, so a workspace left behind by a killed `run` is collected by
 // the next lifecycle verb.
@@ -12,11 +13,13 @@
 #include <random>
 #include <thread>
 
+#include "base/agent_tools.h"
 #include "base/strings.h"
 #include "channel/exec_client.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "cli/vault_access.h"
 #include "store/store.h"
 #include "vm/control.h"
 #include "vm/launcher.h"
@@ -48,6 +51,7 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     bool detach = false;
     std::vector<std::string> volumes;
     std::string image;
+    std::string tool;
     std::string accel = "auto";
     bool tty = false;
     std::vector<std::string> argv;
@@ -61,6 +65,12 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("-v,--volume", o->volumes,
                   "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created)");
   cmd->add_option("--image", o->image, "Base image for a new workspace");
+  cmd->add_option("--tool", o->tool,
+                  "The coding agent of a new workspace: " + AgentToolNames() +
+                      " (default shell). Without CMD, `run` attaches to the tmux session whose "
+                      "first window runs it (installed at the first boot). A workspace `run` "
+                      "creates gets the agent's key from ANTHROPIC_API_KEY / OPENAI_API_KEY when "
+                      "set here (the guest sees a placeholder)");
   cmd->add_option("--accel", o->accel, "auto, kvm or tcg")->default_str("auto");
   cmd->add_flag("-t,--tty", o->tty, "Give CMD a pseudo-terminal (default when stdin is a terminal)");
   cmd->add_option("CMD", o->argv, "Command to run (after --)");
@@ -82,8 +92,9 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       CreateRequest req;
       req.name = o->name.empty() ? GeneratedName() : o->name;
       req.image = o->image;
+      if (!o->tool.empty()) req.tool = o->tool;
       for (const std::string& spec : o->volumes) {
-        auto v = ParseVolumeSpec(spec);
+        auto v = ParseVolumeSpec(AbsoluteVolumeHost(spec));
         if (!v.ok()) return (void)cli.Fail(v.error());
         req.volumes.push_back(*v);
       }
@@ -102,6 +113,11 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
         }
       }
       cli.err() << "cloister: created workspace " << o->name << (o->rm ? " (--rm)" : "") << "\n";
+      // The one-liner (`run --rm --tool claude -v .`): the agent's key from this environment.
+      if (auto imported = ImportToolKeyFromEnv(cli, o->name, cfg->tool); !imported.ok()) {
+        if (o->rm) (void)store.Remove(o->name);
+        return (void)cli.Fail(imported.error());
+      }
     } else {
       if (o->rm) {
         return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
@@ -112,6 +128,16 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
         return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
                                     "volumes are set when a workspace is created",
                                     "omit -v for an existing workspace"));
+      }
+      if (!o->tool.empty()) {
+        auto existing = store.LoadConfig(o->name);
+        if (existing.ok() && existing->tool != o->tool) {
+          return (void)cli.Fail(Error(
+              ErrorCode::kInvalidArgument,
+              "workspace " + o->name + " runs " + existing->tool + ", not " + o->tool,
+              "change it with `cloister config " + o->name + " --tool " + o->tool +
+                  "` (applies at its next start), or omit --tool"));
+        }
       }
     }
     vm::RunPaths paths = vm::RunPathsFor(store, o->name);

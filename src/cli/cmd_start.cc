@@ -3,6 +3,7 @@
 // a working terminal (like `limactl start`); with -d it returns as soon as the supervisor has QEMU
 // running, ready or not (like `docker start`/`run -d`), printing NAME; `cloister ls` then shows
 // booting, running, or the failure with the boot log.
+#include "base/agent_tools.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -51,6 +52,11 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
       return;
     }
     cli.err() << "cloister: " << o->name << " is running\n";
+    if (auto c = (*store)->LoadConfig(o->name); c.ok() && c->tool != kDefaultToolName) {
+      cli.err() << "cloister: " << o->name << " runs " << c->tool << " in its tmux session ("
+                << "`cloister attach " << o->name << "`); the first boot after create or reset "
+                << "installs it there (guest log /var/log/cloister-tool.log)\n";
+    }
   });
 }
 

@@ -29,6 +29,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshPolicyCommand(app, cli);
   AddSshConfirmCommand(app, cli);
   AddEgressCommand(app, cli);
+  AddConfigCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -31,6 +31,7 @@ void AddAuditCommand(CLI::App& app, Cli& cli);
 void AddSshPolicyCommand(CLI::App& app, Cli& cli);
 void AddSshConfirmCommand(CLI::App& app, Cli& cli);
 void AddEgressCommand(CLI::App& app, Cli& cli);
+void AddConfigCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

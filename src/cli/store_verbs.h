@@ -2,6 +2,7 @@
 // checkpoint): opening the store from --store / $CLOISTER_HOME and rendering workspaces.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +27,20 @@ inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   options.make_ssh_key =
       sshagent::MakeWorkspaceKeyHook(cli.StoreRoot() + "/" + std::string(layout::kKeysDir));
   return Store::Open(cli.StoreRoot(), std::move(options));
+}
+
+// `-v HOST[:GUEST][:ro]` with a relative HOST (`-v .`, `-v src`): HOST made absolute against the
+// current directory (lexically normalised, no trailing slash) before ParseVolumeSpec checks it.
+inline std::string AbsoluteVolumeHost(const std::string& spec) {
+  if (spec.empty() || spec[0] == '/') return spec;
+  size_t colon = spec.find(':');
+  std::string host = spec.substr(0, colon);
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(host, ec);
+  if (ec) return spec;
+  std::string norm = abs.lexically_normal().string();
+  while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
+  return norm + (colon == std::string::npos ? "" : spec.substr(colon));
 }
 
 inline nlohmann::json CheckpointJson(const CheckpointInfo& c) {

@@ -30,6 +30,14 @@ struct VaultAccess {
 // Fails with kNotFound (and a hint) when there is no such workspace.
 Result<VaultAccess> OpenVaultAccess(Cli& cli, const std::string& name, bool mutate);
 
+// For a workspace `run` just created with a coding agent (base/agent_tools.h): when the agent's
+// key variable (ANTHROPIC_API_KEY, OPENAI_API_KEY) is set in this process's environment and the
+// workspace has no such credential yet, adds it to the workspace's vault (as `cloister cred add
+// NAME KIND --from-env VAR` would) and says so. Returns whether it added one.
+// SECURITY: the value goes from the environment into the encrypted secrets file only; the guest
+// gets its placeholder.
+Result<bool> ImportToolKeyFromEnv(Cli& cli, const std::string& name, const std::string& tool);
+
 // Tells the user a change waits for the next boot, when the VM runs.
 void NoteRunning(Cli& cli, const VaultAccess& access, const std::string& name);
 

@@ -1,0 +1,113 @@
+// `cloister config NAME [--tool TOOL] [--json]`: shows a workspace's settings, or changes the
+// editable ones (today: the coding agent it runs). A change to a stopped workspace holds its lock,
+// as every mutating verb does; a running VM's supervisor holds that lock and reads the config at
+// boot, so a change made while it runs goes in under the config lock alone and applies at the next
+// start (the verb says so).
+#include "base/agent_tools.h"
+#include "base/strings.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/store_verbs.h"
+
+namespace cloister::cli {
+
+namespace {
+
+nlohmann::json SettingsJson(const WorkspaceConfig& c, WorkspaceState state) {
+  nlohmann::json vols = nlohmann::json::array();
+  for (const Volume& v : c.volumes) {
+    vols.push_back({{"host", v.host}, {"guest", v.guest}, {"read_only", v.read_only}});
+  }
+  nlohmann::json doc = {{"name", c.name},
+                        {"tool", c.tool},
+                        {"image", c.image.name},
+                        {"memory_mib", c.memory_mib},
+                        {"cpus", c.cpus},
+                        {"home_size", c.home_size},
+                        {"volumes", vols},
+                        {"state", WorkspaceStateName(state)}};
+  if (const AgentTool* t = FindAgentTool(c.tool); t && !t->package.empty()) {
+    doc["tool_package"] = AgentToolPackageSpec(*t);
+  }
+  return doc;
+}
+
+}  // namespace
+
+void AddConfigCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand(
+      "config", "Show a workspace's settings, or change the coding agent it runs (--tool)");
+  struct Opts {
+    std::string name, tool;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name")->required();
+  cmd->add_option("--tool", o->tool,
+                  "The coding agent: " + AgentToolNames() +
+                      ". Installed in the guest at its next boot (npm, through the proxy); a "
+                      "change while the VM runs applies at its next start");
+  cmd->add_flag("--json", o->json, "Print the settings as JSON");
+  cmd->callback([&cli, o] {
+    auto opened = Store::Open(cli.StoreRoot());
+    if (!opened.ok()) return (void)cli.Fail(opened.error());
+    Store& store = **opened;
+    auto config = store.LoadConfig(o->name);
+    if (!config.ok()) return (void)cli.Fail(config.error());
+    bool running = false;
+    if (!o->tool.empty()) {
+      auto tool = ParseAgentTool(o->tool);
+      if (!tool.ok()) return (void)cli.Fail(tool.error());
+      std::optional<WorkspaceLock> lock;
+      Result<WorkspaceLock> locked = store.LockWorkspace(o->name);
+      if (locked.ok()) {
+        lock.emplace(std::move(locked).value());
+      } else if (locked.error().code() == ErrorCode::kBusy &&
+                 store.State(o->name) == WorkspaceState::kRunning) {
+        running = true;  // the supervisor holds the lock; UpdateConfig takes the config lock
+      } else {
+        return (void)cli.Fail(locked.error());
+      }
+      std::string previous;
+      Status st = store.UpdateConfig(o->name, [&](WorkspaceConfig& c) {
+        previous = c.tool;
+        c.tool = std::string((*tool)->name);
+        return OkStatus();
+      });
+      if (!st.ok()) return (void)cli.Fail(st.error());
+      config = store.LoadConfig(o->name);
+      if (!config.ok()) return (void)cli.Fail(config.error());
+      if (previous != config->tool) {
+        cli.err() << "cloister: " << o->name << ": tool " << previous << " -> " << config->tool;
+        if (running) {
+          cli.err() << "; the VM is running: this applies at its next start (`cloister reboot "
+                    << o->name << "`)";
+        } else if (config->tool != kDefaultToolName) {
+          cli.err() << "; installed in the guest at its next start";
+        }
+        cli.err() << "\n";
+      }
+    }
+    WorkspaceState state = store.State(o->name);
+    if (o->json) return cli.PrintJson(SettingsJson(*config, state));
+    const WorkspaceConfig& c = *config;
+    cli.out() << "name:    " << c.name << " (" << WorkspaceStateName(state) << ")\n"
+              << "tool:    " << c.tool;
+    if (const AgentTool* t = FindAgentTool(c.tool); t && !t->package.empty()) {
+      cli.out() << " (" << AgentToolPackageSpec(*t) << ")";
+    } else if (!t) {
+      cli.out() << " (unknown to this cloister: `cloister config " << c.name << " --tool shell`)";
+    }
+    cli.out() << "\n"
+              << "image:   " << c.image.name
+              << (c.image.version.empty() ? "" : " " + c.image.version) << "\n"
+              << "memory:  " << c.memory_mib << " MiB, " << c.cpus << " vCPU\n"
+              << "home:    " << FormatSize(c.home_size) << " (sparse)\n";
+    for (const Volume& v : c.volumes) {
+      cli.out() << "volume:  " << v.host << " -> " << v.guest << (v.read_only ? " (ro)" : "")
+                << "\n";
+    }
+  });
+}
+
+}  // namespace cloister::cli
