@@ -26,7 +26,24 @@ fi
 # it through the guest agent, and it stops cleanly.
 "$CLOISTER" describe main >/dev/null 2>&1 || "$CLOISTER" create main
 "$CLOISTER" describe main
+# The coding agent: Claude Code with ANTHROPIC_API_KEY in this environment, else Codex with
+# OPENAI_API_KEY, else a plain shell. The real key goes into the workspace's encrypted vault; the
+# guest only ever sees its placeholder. The first boot installs the agent in the guest (npm,
+# through the workspace's egress proxy).
+tool=shell kind="" var=""
+if [ -n "${ANTHROPIC_API_KEY:-}" ]; then tool=claude kind=anthropic var=ANTHROPIC_API_KEY
+elif [ -n "${OPENAI_API_KEY:-}" ]; then tool=codex kind=openai var=OPENAI_API_KEY
+fi
+"$CLOISTER" stop main >/dev/null 2>&1 || true   # a re-run: the settings apply at a fresh start
+"$CLOISTER" config main --tool "$tool"
+if [ -n "$kind" ]; then "$CLOISTER" cred add main "$kind" --from-env "$var"; fi
 "$CLOISTER" start main
 "$CLOISTER" exec main -- sh -c 'echo "hello from $(hostname): $(uname -sr), $(id -un) in $PWD"; git --version; python3 --version; node --version'
+if [ "$tool" != shell ]; then
+  # Wait (bounded: 30 minutes) for the first-boot install, then show the agent answers.
+  "$CLOISTER" exec main -- sh -c 'i=0; while [ $i -lt 900 ] && ! grep -qE "^(ok|failed)" /run/cloister/tool.status 2>/dev/null; do sleep 2; i=$((i+1)); done; tail -n 3 /var/log/cloister-tool.log; grep -q "^ok" /run/cloister/tool.status'
+  "$CLOISTER" exec main -- "$tool" --version
+fi
 "$CLOISTER" ls
-"$CLOISTER" stop main
+# The workspace stays running with its agent (or shell) ready in window 0 of its tmux session.
+echo "cloister: workspace main is ready ($tool): cloister attach main   (C-b d detaches; cloister stop main)"
