@@ -9,6 +9,7 @@
 
 #include "base/pid_file.h"
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "cli/vault_access.h"
 #include "store/store.h"
 #include "vault/vault.h"
@@ -16,30 +17,20 @@
 namespace cloister::cli {
 namespace {
 
-struct Outcome {
-  int code;
-  std::string out, err;
-};
+using testing::Outcome;
 
 class ConfigCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/cloister-config-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    root_ = store_.root();
     ASSERT_TRUE(Env::Default()->Truncate(root_ + "/base.raw", 16 << 20).ok());
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
     unsetenv("ANTHROPIC_API_KEY");
     unsetenv("OPENAI_API_KEY");
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
 
   Outcome Run(std::vector<std::string> args, const std::string& input = "") {
-    std::vector<const char*> argv = {"cloister", "--store", root_.c_str()};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in(input);
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
+    return store_.Run(args, input);
   }
   Outcome Create(const std::string& name, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"create", name, "--image", root_ + "/base.raw", "--home-size", "64M"};
@@ -52,6 +43,7 @@ class ConfigCliTest : public ::testing::Test {
     return c.ok() ? c->tool : "<" + c.error().message() + ">";
   }
 
+  testing::TempStore store_{"config"};
   std::string root_;
 };
 

@@ -27,6 +27,8 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "image/npm_tarball.h"
+#include "image/testing.h"
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/npm_fake.h"
@@ -43,15 +45,6 @@ using testing::WaitFor;
 const std::string kReal =
     "sk-ant-api03-REALxAGENTxKEYxONLYxONxTHExHOSTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR-_AA";
 const char kFakeAnswer[] = "Hello from the fake Messages API";
-
-// The npm tarball cache scripts/install-deps.sh (level test) fills: $CLOISTER_NPM_CACHE, else
-// $XDG_CACHE_HOME/cloister/npm, else ~/.cache/cloister/npm.
-std::string NpmCacheDir() {
-  if (const char* d = std::getenv("CLOISTER_NPM_CACHE"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/cloister/npm";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/cloister/npm";
-}
 
 // A Messages API stream: message_start, content_block_start, content_block_delta,
 // content_block_stop, message_delta, message_stop.
@@ -105,7 +98,7 @@ class AgentsVmTest : public testing::CliVmTest {
 };
 
 TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholdersOnly) {
-  const std::string cache = NpmCacheDir();
+  const std::string cache = image::NpmCacheDir();
   ASSERT_FALSE(cache.empty() || !fs::is_directory(cache))
       << "no npm tarball cache (scripts/install-deps.sh test makes it; CLOISTER_NPM_CACHE="
       << cache << ")";
@@ -157,7 +150,12 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
   fs::create_directories(project);
   auto vol = ParseVolumeSpec(project);
   ASSERT_TRUE(vol.ok());
+  // A grown copy of the test image: claude's install is ~600 MiB on the system disk (npm's cache
+  // and the unpacked package with its platform binary).
+  auto big = image::testing::SharedTestImageWithDisk(2ull << 30);
+  ASSERT_TRUE(big.ok()) << big.error().ToString();
   testing::WorkspaceSpec spec;
+  spec.image = big->dir + "/disk.raw";
   spec.memory_mib = 2048;
   spec.cpus = 2;
   spec.volumes = {*vol};
