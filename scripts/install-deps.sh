@@ -38,8 +38,8 @@ fi
 # npm tarballs for the tests (level test): npm itself for the test image, and the coding agents'
 # CLIs the VM tests install in a guest from a local fake registry (tests never reach a registry).
 # `npm pack` fetches them from npm's default registry once; each is checked against its pinned
-# integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h and
-# src/cli/tools.h (a unit test compares them). Cache: $CLOISTER_NPM_CACHE, else
+# integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h (npm) and
+# src/base/agent_tools.h (the agents; a unit test compares npm's pin). Cache: $CLOISTER_NPM_CACHE, else
 # $XDG_CACHE_HOME/cloister/npm, else ~/.cache/cloister/npm.
 npm_pins=(
   "npm@10.9.9 npm-10.9.9.tgz sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="
