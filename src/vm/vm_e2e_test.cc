@@ -263,9 +263,12 @@ TEST_F(VmE2eTest, GuestHasNoNetworkRouteButTheChannel) {
   auto cfg = store_->LoadConfig("net");
   ASSERT_TRUE(cfg.ok());
   EXPECT_EQ(Exec("net", "cat /sys/class/net/eth0/address"), cfg->mac + "\n");
+  // Root undoes the guest agent's transparent egress (its nft redirect and its default route
+  // into lo) and routes out through the NIC: QEMU's restrict=on must still drop everything.
   std::string out = Exec("net",
-                         "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && "
-                         "ip route add default via 10.0.2.2 && echo configured; "
+                         "nft flush ruleset && ip link set eth0 up && "
+                         "ip addr add 10.0.2.15/24 dev eth0 && "
+                         "ip route replace default via 10.0.2.2 dev eth0 && echo configured; "
                          "for t in 10.0.2.2:" + port + " 10.0.2.3:53 10.0.2.2:22; do "
                          "nc -w 4 ${t%:*} ${t#*:} </dev/null >/dev/null 2>&1 && echo OPEN $t; done; "
                          "echo done",
