@@ -8,6 +8,9 @@ bash scripts/install-deps.sh test
 BUILD="${CLOISTER_BUILD_DIR:-build}"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
+# Disk is a resource the VM tests need (images, workspaces): say how much is left, so a full disk
+# is visible in the log before a test fails on it.
+echo "cloister: build tree $(du -sh "$BUILD" | cut -f1); free: $(df -h --output=avail "$BUILD" | tail -1 | tr -d ' ') on $(df --output=target "$BUILD" | tail -1), $(df -h --output=avail /tmp | tail -1 | tr -d ' ') in /tmp" >&2
 exclude=(-LE opt-in)
 [ "${CLOISTER_TEST_ALL:-0}" = 1 ] && exclude=()
 cd "$BUILD"

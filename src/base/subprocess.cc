@@ -151,10 +151,22 @@ Result<RunOutput> RunProcessChecked(const std::vector<std::string>& argv, const 
     std::string last = Trim(out.err);
     size_t nl = last.rfind('\n');
     if (nl != std::string::npos) last = last.substr(nl + 1);
+    // A full disk is often reported on an earlier line than the last (tar says "Cannot write:
+    // No space left on device", then dpkg-deb says only that tar failed): name it.
+    ErrorCode code = ErrorCode::kIo;
+    size_t nospace = out.err.find("No space left");
+    if (nospace != std::string::npos) {
+      code = ErrorCode::kNoSpace;
+      if (last.find("No space left") == std::string::npos) {
+        size_t b = out.err.rfind('\n', nospace);
+        size_t e = out.err.find('\n', nospace);
+        b = b == std::string::npos ? 0 : b + 1;
+        last = Trim(out.err.substr(b, e == std::string::npos ? std::string::npos : e - b)) + " | " +
+               last;
+      }
+    }
     std::string how = out.term_signal ? "killed by signal " + std::to_string(out.term_signal)
                                       : "exited with " + std::to_string(out.exit_code);
-    ErrorCode code = last.find("No space left") != std::string::npos ? ErrorCode::kNoSpace
-                                                                       : ErrorCode::kIo;
     return Error(code, argv[0] + " " + how + (last.empty() ? "" : ": " + last));
   }
   return out;

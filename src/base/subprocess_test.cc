@@ -36,6 +36,23 @@ TEST(SubprocessTest, MissingProgramIsNotFound) {
   EXPECT_EQ(r.error().code(), ErrorCode::kNotFound);
 }
 
+TEST(SubprocessTest, AFullDiskOnAnEarlierLineIsNamed) {
+  // dpkg-deb's shape: tar reports the full disk, dpkg-deb's last line only says tar failed.
+  auto r = RunProcessChecked({"sh", "-c",
+                              "echo 'tar: ./usr/bin/x: Cannot write: No space left on device' >&2; "
+                              "echo 'dpkg-deb: error: tar subprocess returned error exit status 2' >&2; "
+                              "exit 2"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kNoSpace);
+  EXPECT_NE(r.error().message().find("Cannot write: No space left on device | dpkg-deb: error"),
+            std::string::npos)
+      << r.error().message();
+  auto plain = RunProcessChecked({"sh", "-c", "echo first >&2; echo last >&2; exit 1"});
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.error().code(), ErrorCode::kIo);
+  EXPECT_EQ(plain.error().message(), "sh exited with 1: last");
+}
+
 TEST(SubprocessTest, RunCheckedNamesFailure) {
   auto r = RunProcessChecked({"sh", "-c", "echo boom >&2; exit 1"});
   ASSERT_FALSE(r.ok());
