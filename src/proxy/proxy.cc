@@ -21,6 +21,7 @@
 #include "proxy/detector.h"
 #include "proxy/http_head.h"
 #include "proxy/transparent.h"
+#include "proxy/upstream_address.h"
 #include "vault/crypto.h"
 
 namespace cloister::proxy {
@@ -91,20 +92,6 @@ int LooksLikeHttp(std::string_view b) {
     if (c < 'A' || c > 'Z') return 0;
   }
   return b.size() >= 20 ? 0 : -1;
-}
-
-// An address DNS returned that the guest must never reach: the host itself, link-local (cloud
-// metadata), multicast, unspecified.
-bool ForbiddenUpstream(const boost::asio::ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
-    return ForbiddenUpstream(boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()));
-  }
-  if (a.is_loopback() || a.is_unspecified() || a.is_multicast()) return true;
-  if (a.is_v4()) {
-    uint32_t v = a.to_v4().to_uint();
-    return (v >> 16) == 0xA9FE /* 169.254/16 */ || (v >> 24) == 0 /* 0/8 */;
-  }
-  return a.to_v6().is_link_local();
 }
 
 // One upstream connection, reused for keep-alive while the target stays the same.

@@ -192,6 +192,31 @@ TEST_F(CurlTest, UnmappedHostNeverLeavesLoopback) {
   EXPECT_EQ(r.code, 502);
 }
 
+// SECURITY: a name whose answer is the host itself is never connected to, so the guest cannot
+// reach the host's own services (or link-local metadata) by naming them. "localhost" resolves
+// from /etc/hosts, so nothing here asks a DNS server; the fake listens on 127.0.0.1.
+TEST_F(CurlTest, ANameThatResolvesToLoopbackIsNeverConnected) {
+  StartUpstream();
+  const std::string addr = upstream_->Address();  // 127.0.0.1:PORT
+  const std::string port = addr.substr(addr.rfind(':') + 1);
+  env_.resolve_only = false;
+  env_.StartProxy({{"mapped.test:" + port, addr}});
+  // Control: the same listener through the resolve override is reached (so a connection to it
+  // would be seen below).
+  CurlResult mapped = Curl(env_, {"https://mapped.test:" + port + "/"});
+  EXPECT_EQ(mapped.code, 401) << mapped.err;
+  ASSERT_EQ(upstream_->requests().size(), 1u);
+  for (const std::string& host : {std::string("localhost"), std::string("127.0.0.1")}) {
+    CurlResult r = Curl(env_, {"https://" + host + ":" + port + "/"});
+    EXPECT_NE(r.code, 200) << host;
+    EXPECT_NE(r.code, 401) << host << ": the upstream answered";
+    EXPECT_EQ(upstream_->requests().size(), 1u) << host << " reached the host's loopback";
+  }
+  std::string refusals;
+  for (const auto& rec : env_.TraceAtLeast(3)) refusals += rec.error + "\n";
+  EXPECT_NE(refusals.find("resolves to a loopback"), std::string::npos) << refusals;
+}
+
 class TestFilter : public RequestFilter {
  public:
   explicit TestFilter(std::string mode) : mode_(std::move(mode)) {}

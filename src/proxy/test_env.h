@@ -57,7 +57,8 @@ class ProxyEnv {
   }
   const std::string& Placeholder(size_t i) const { return creds[i].placeholder; }
 
-  // Starts the proxy with `resolve` (host:port -> 127.0.0.1:port); resolve_only is always on.
+  // Starts the proxy with `resolve` (host:port -> 127.0.0.1:port); resolve_only is on unless a
+  // test turns it off (only tests whose names resolve from /etc/hosts, never the network).
   void StartProxy(std::map<std::string, std::string> resolve,
                   vault::LlmBodyPolicy policy = vault::LlmBodyPolicy::kFlag,
                   size_t body_hold = 1 << 20) {
@@ -67,7 +68,7 @@ class ProxyEnv {
     cfg.llm_body_policy = policy;
     cfg.ca = ca;
     cfg.resolve = std::move(resolve);
-    cfg.resolve_only = true;
+    cfg.resolve_only = resolve_only;
     cfg.upstream_ca_file = upstream_ca_file;
     trace_path = dir + "/trace.jsonl";
     cfg.trace = *TraceSink::Open(trace_path);
@@ -115,6 +116,7 @@ class ProxyEnv {
   std::vector<std::string> tunnel_hosts;
   EgressPolicy egress_policy;  // set before StartProxy
   int sniff_ms = 1000;         // transparent mode's wait for a client's first bytes
+  bool resolve_only = true;    // set before StartProxy
   std::unique_ptr<Proxy> proxy;
   uint16_t proxy_port = 0;
   std::mutex mu;
