@@ -2,7 +2,11 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <filesystem>
 #include <fstream>
@@ -33,28 +37,61 @@ std::string Slurp(const std::string& path) {
 
 size_t CountInFile(const std::string& path, const std::string& needle) {
   if (needle.empty()) return 0;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return 0;
-  const size_t keep = needle.size() - 1;  // a match may straddle two chunks
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return 0;
+  }
+  // Holes read as zeros, so a needle without a NUL cannot be in one, nor span one: only the
+  // file's data extents are read (SEEK_DATA/SEEK_HOLE). A workspace's home image is a sparse
+  // 64 GiB file holding a few MiB; reading its zeros took minutes per search.
+  const bool skip_holes = needle.find('\0') == std::string::npos;
+  const off_t end = st.st_size;
+  const size_t keep = needle.size() - 1;  // a match may straddle two reads
   std::string buf;
   size_t count = 0;
   std::vector<char> chunk(4 << 20);
-  while (f) {
-    f.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    std::streamsize got = f.gcount();
-    if (got <= 0) break;
-    buf.append(chunk.data(), static_cast<size_t>(got));
-    size_t pos = 0;
-    while ((pos = buf.find(needle, pos)) != std::string::npos) {
-      ++count;
-      pos += needle.size();
+  off_t off = 0;
+  while (off < end) {
+    off_t data = off, hole = end;
+    if (skip_holes) {
+      data = lseek(fd, off, SEEK_DATA);
+      if (data < 0 && errno == ENXIO) break;  // nothing but a hole from here on
+      if (data < 0) {
+        data = off;  // the filesystem cannot say: read everything
+      } else {
+        hole = lseek(fd, data, SEEK_HOLE);
+        if (hole < 0 || hole > end) hole = end;
+      }
+      if (data != off) buf.clear();  // zeros in between: no match spans them
     }
-    // Keep the tail that could begin a match, but never re-count one that ended inside it.
-    size_t last = buf.rfind(needle);
-    size_t last_end = last == std::string::npos ? 0 : last + needle.size();
-    size_t from = buf.size() > keep ? buf.size() - keep : 0;
-    buf.erase(0, std::max(from, last_end));
+    off = data;
+    bool failed = false;
+    while (off < hole) {
+      ssize_t got = pread(fd, chunk.data(), std::min<off_t>(static_cast<off_t>(chunk.size()), hole - off), off);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        failed = true;
+        break;
+      }
+      off += got;
+      buf.append(chunk.data(), static_cast<size_t>(got));
+      size_t pos = 0;
+      while ((pos = buf.find(needle, pos)) != std::string::npos) {
+        ++count;
+        pos += needle.size();
+      }
+      // Keep the tail that could begin a match, but never re-count one that ended inside it.
+      size_t last = buf.rfind(needle);
+      size_t last_end = last == std::string::npos ? 0 : last + needle.size();
+      size_t from = buf.size() > keep ? buf.size() - keep : 0;
+      buf.erase(0, std::max(from, last_end));
+    }
+    if (failed) break;
   }
+  close(fd);
   return count;
 }
 

@@ -34,7 +34,8 @@ bool WaitFor(Pred pred, std::chrono::seconds limit) {
 // Reads a whole file ("" when it cannot be read).
 std::string Slurp(const std::string& path);
 
-// Occurrences of `needle` (non-empty) in the file at `path`, read in bounded chunks (any size).
+// Occurrences of `needle` (non-empty) in the file at `path`, read in bounded chunks (any size);
+// only its data extents when the needle has no NUL byte (holes read as zeros).
 size_t CountInFile(const std::string& path, const std::string& needle);
 
 struct WorkspaceSpec {
