@@ -19,8 +19,8 @@ inline constexpr char kTestImageName[] = "test";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "4";  // 2: curl; 3: openssh-client, git, gh;
-// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk
+inline constexpr char kTestRecipeVersion[] = "5";  // 2: curl; 3: openssh-client, git, gh;
+// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`)
 inline constexpr char kFullRecipeVersion[] = "2";  // 2: nftables
 
 struct BuildOptions {

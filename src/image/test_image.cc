@@ -54,7 +54,11 @@ const std::vector<std::string>& TestPackages() {
       "nodejs", "libnode108", "libicu72", "libuv1", "libc-ares2", "libstdc++6", "gcc-12-base",
       "node-acorn", "node-xtend", "node-cjs-module-lexer", "node-undici", "node-busboy",
       // nftables, with which the guest agent redirects outbound TCP to itself
-      "nftables", "libnftables1", "libnftnl11", "libjansson4", "libxtables12", "libmnl0"};
+      "nftables", "libnftables1", "libnftnl11", "libjansson4", "libxtables12", "libmnl0",
+      // procps's ps (the full image has it too): codex starts its app server and checks it with
+      // `ps -p PID -o stat=,lstart=`, which busybox's ps does not take
+      "procps", "libproc2-0", "libsystemd0", "libcap2", "libgcrypt20", "libgpg-error0",
+      "liblzma5", "liblz4-1", "libncursesw6"};
   return k;
 }
 
