@@ -1,17 +1,22 @@
 // Coding agents in a real VM (issue 8's proof), under TCG with the test image (recipe 4: node and
 // npm) and the real `cloister` binary. Two boots:
-//   1. tool claude (set with `cloister config`): the guest installs the pinned package at its first
-//      boot with npm through the supervisor's proxy, from a fake registry (proxy/npm_fake.h) under
-//      a made-up name the resolve override maps to 127.0.0.1 (the fake serves the tarballs the
-//      test level of scripts/install-deps.sh cached with `npm pack`); `claude --version` runs;
-//      `claude -p` gets a streamed answer from a fake Messages API that receives the REAL key
-//      while the guest holds only the placeholder (env, files, and the workspace's disk files on
-//      the host); the first tmux window runs claude in the first shared folder, with its
-//      first-run questions pre-answered; `attach` after a detach shows the same session.
+//   1. by the one-liner's path: `run ws --tool claude -v proj` on a pty (relative -v, the key from
+//      ANTHROPIC_API_KEY) creates the workspace, boots it and attaches to its tmux session; the
+//      guest installs the pinned package at its first boot with npm through the supervisor's
+//      proxy, from a fake registry (proxy/npm_fake.h) under a made-up name the resolve override
+//      maps to 127.0.0.1 (the fake serves the tarballs the test level of scripts/install-deps.sh
+//      cached with `npm pack`); `claude --version` runs; `claude -p` gets a streamed answer from
+//      a fake Messages API that receives the REAL key while the guest holds only the placeholder
+//      (env, files, and the workspace's disk files on the host); the first tmux window runs claude
+//      in the shared folder, with its first-run questions pre-answered; `attach` after a detach
+//      shows the same session.
 //   2. after `reset` and `config --tool codex`: claude is gone with the system disk (the home's
-//      settings stay), the next boot installs codex, and `codex --version` runs.
+//      settings stay), the next boot installs codex, `codex --version` runs, and the first window
+//      runs codex logged in with the OpenAI placeholder (its auth.json holds it; the real key is
+//      in no workspace file).
 #include <poll.h>
 #include <pty.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +27,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +39,9 @@
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/npm_fake.h"
+#include "vm/state.h"
 #include "vm/testing.h"
+#include "vm/workspace.h"
 
 namespace cloister::vm {
 namespace {
@@ -44,6 +53,7 @@ using testing::WaitFor;
 
 const std::string kReal =
     "sk-ant-api03-REALxAGENTxKEYxONLYxONxTHExHOSTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR-_AA";
+const std::string kRealOpenai = "sk-proj-REALxOPENAIxAGENTxKEYx0123456789abcdefghijklmnopqrstuvwxyz";
 const char kFakeAnswer[] = "Hello from the fake Messages API";
 
 // A Messages API stream: message_start, content_block_start, content_block_delta,
@@ -71,6 +81,15 @@ void StreamAnswer(proxy::testing::ResponseWriter& w) {
   w.End();
 }
 
+// A guest script printing the command names (comm) of every process under the pane whose shell
+// is `pane_pid`, at any depth (claude's bin is its native binary; codex's is node running a script
+// that starts the native one).
+std::string PaneDescendants(const std::string& pane_pid) {
+  return "cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=" + pane_pid +
+         " '{pp[$1] = $4; c[$1] = $2} END {for (p in pp) {q = pp[p]; n = 0; "
+         "while (q > 1 && n++ < 64) {if (q == root) {print c[p]; break}; q = pp[q]}}}'";
+}
+
 // The tail of `s` from the last `needle` ("" if absent).
 std::string From(const std::string& s, const std::string& needle) {
   size_t p = s.rfind(needle);
@@ -81,6 +100,54 @@ class AgentsVmTest : public testing::CliVmTest {
  protected:
   std::string Exec(const std::string& script, int* code = nullptr, const std::string& user = "dev") {
     return CliVmTest::Exec("ws", script, code, user);
+  }
+  struct PtyRun {
+    std::string screen;
+    int status = -1;  // waitpid status
+  };
+  // Runs `cloister ARGS` on a pseudo-terminal (TERM=xterm, 30x100) in `cwd` with the fixture's
+  // environment plus `extra`, reads what it draws until `needle` shows (bounded by `limit`), then
+  // types C-b d (tmux's detach) and waits for it to exit.
+  PtyRun AttachOnPty(const std::vector<std::string>& cli_args, const std::string& needle,
+                     std::chrono::seconds limit, const std::string& cwd = "",
+                     const std::map<std::string, std::string>& extra = {}) {
+    PtyRun out;
+    std::vector<std::string> args = {exe_, "--store", root_};
+    args.insert(args.end(), cli_args.begin(), cli_args.end());
+    int master = -1;
+    winsize ws{30, 100, 0, 0};
+    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+    EXPECT_GE(child, 0);
+    if (child < 0) return out;
+    if (child == 0) {
+      if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
+      for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
+      for (const auto& [k, v] : extra) setenv(k.c_str(), v.c_str(), 1);
+      setenv("TERM", "xterm", 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe_.c_str(), argv.data());
+      _exit(127);
+    }
+    auto deadline = Clock::now() + limit;
+    while (out.screen.find(needle) == std::string::npos && Clock::now() < deadline) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      out.screen.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_EQ(write(master, "\x02" "d", 2), 2);  // C-b d: detach
+    if (!WaitFor([&] { return waitpid(child, &out.status, WNOHANG) == child; },
+                 std::chrono::seconds(30))) {
+      kill(child, SIGKILL);
+      waitpid(child, &out.status, 0);
+      ADD_FAILURE() << "cloister " << Join(cli_args, " ") << " did not exit after C-b d";
+    }
+    close(master);
+    return out;
   }
   // Waits (bounded) for the guest's install status to leave "installing"; returns it.
   std::string WaitForInstall(std::chrono::minutes limit) {
@@ -145,30 +212,30 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
     return n;
   };
 
-  // A workspace with a shared project folder; its tool set afterwards with `config`.
-  std::string project = root_ + "/proj";
-  fs::create_directories(project);
-  auto vol = ParseVolumeSpec(project);
-  ASSERT_TRUE(vol.ok());
   // A grown copy of the test image: claude's install is ~600 MiB on the system disk (npm's cache
   // and the unpacked package with its platform binary).
   auto big = image::testing::SharedTestImageWithDisk(2ull << 30);
   ASSERT_TRUE(big.ok()) << big.error().ToString();
-  testing::WorkspaceSpec spec;
-  spec.image = big->dir + "/disk.raw";
-  spec.memory_mib = 2048;
-  spec.cpus = 2;
-  spec.volumes = {*vol};
-  Create("ws", spec);
-  auto set = Cloister({"config", "ws", "--tool", "claude"});
-  ASSERT_EQ(set.exit_code, 0) << set.err;
-  EXPECT_NE(set.err.find("tool shell -> claude"), std::string::npos) << set.err;
-  ASSERT_EQ(Cloister({"cred", "add", "ws", "anthropic"}, kReal + "\n").exit_code, 0);
+  std::string project = root_ + "/proj";
+  fs::create_directories(project);
 
-  // Boot 1: the install runs in the background after READY; `start` says where it shows.
-  auto started = Cloister({"start", "ws", "--accel", "tcg"});
-  ASSERT_EQ(started.exit_code, 0) << started.err;
-  EXPECT_NE(started.err.find("runs claude in its tmux session"), std::string::npos) << started.err;
+  // Boot 1 by the one-liner's path, run from the project's parent with a relative -v: `run NAME
+  // --tool claude -v proj` creates the workspace (default 2 GiB, 2 vCPUs), takes the key from
+  // ANTHROPIC_API_KEY, boots, and attaches to the tmux session whose first window is claude's,
+  // which shows the install's progress. C-b d detaches; the VM and the install go on.
+  PtyRun run = AttachOnPty({"run", "ws", "--tool", "claude", "--image", big->dir + "/disk.raw",
+                            "-v", "proj", "--accel", "tcg"},
+                           "0:claude", std::chrono::seconds(600), root_, {{"ANTHROPIC_API_KEY", kReal}});
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.status << run.screen;
+  EXPECT_NE(run.screen.find("created workspace ws"), std::string::npos) << run.screen;
+  EXPECT_NE(run.screen.find("0:claude"), std::string::npos) << run.screen;
+  ASSERT_EQ(DeriveStatus(RunPathsFor(*store_, "ws")).state, VmState::kRunning) << run.screen;
+  auto cfg = Cloister({"config", "ws", "--json"});
+  auto cj = nlohmann::json::parse(cfg.out, nullptr, false);
+  EXPECT_EQ(cj["tool"], "claude") << cfg.out;
+  EXPECT_EQ(cj["volumes"][0]["host"], project) << cfg.out;
+  EXPECT_EQ(cj["volumes"][0]["guest"], "/home/dev/proj") << cfg.out;
+  EXPECT_EQ(cj["memory_mib"], 2048) << cfg.out;
   auto t0 = Clock::now();
   std::string status = WaitForInstall(std::chrono::minutes(25));
   double install_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -220,9 +287,7 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
   EXPECT_EQ(w[1], "claude");
   EXPECT_EQ(w[2], "/home/dev/proj");
   const std::string pane_pid = w[3];
-  const std::string children_script =
-      "for d in /proc/[0-9]*; do set -- $(cat $d/stat 2>/dev/null); "
-      "[ \"$4\" = " + pane_pid + " ] && cat $d/comm; done";
+  const std::string children_script = PaneDescendants(pane_pid);
   EXPECT_TRUE(WaitFor([&] { return Exec(children_script).find("claude") != std::string::npos; },
                       std::chrono::seconds(120)))
       << Exec(children_script);
@@ -236,40 +301,15 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
   std::string pane = Exec("tmux capture-pane -p -t cloister:0");
   std::cerr << "[ pane ]\n" << pane << "\n";
   EXPECT_EQ(pane.find("failed"), std::string::npos) << pane;
+  EXPECT_EQ(pane.find("exited ("), std::string::npos) << pane;
   EXPECT_EQ(pane.find("Do you want to use this API key"), std::string::npos) << pane;
 
   // attach on a pty shows the session (tmux's status line names the claude window); C-b d
   // detaches; claude keeps running in the same pane; a second attach shows it again.
   for (int round = 0; round < 2; ++round) {
-    int master = -1;
-    winsize ws{30, 100, 0, 0};
-    std::vector<std::string> args = {exe_, "--store", root_, "attach", "ws"};
-    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      std::vector<char*> argv;
-      for (auto& s : args) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      setenv("TERM", "xterm", 1);
-      execv(exe_.c_str(), argv.data());
-      _exit(127);
-    }
-    std::string screen;
-    auto deadline = Clock::now() + std::chrono::seconds(90);
-    while (screen.find("0:claude") == std::string::npos && Clock::now() < deadline) {
-      pollfd p{master, POLLIN, 0};
-      if (poll(&p, 1, 1000) <= 0) continue;
-      char buf[4096];
-      ssize_t n = read(master, buf, sizeof buf);
-      if (n <= 0) break;
-      screen.append(buf, static_cast<size_t>(n));
-    }
-    EXPECT_NE(screen.find("0:claude"), std::string::npos) << "round " << round << ": " << screen;
-    ASSERT_EQ(write(master, "\x02" "d", 2), 2);  // C-b d: detach
-    int st = -1;
-    EXPECT_TRUE(WaitFor([&] { return waitpid(child, &st, WNOHANG) == child; }, std::chrono::seconds(30)));
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
-    close(master);
+    PtyRun attach = AttachOnPty({"attach", "ws"}, "0:claude", std::chrono::seconds(90));
+    EXPECT_NE(attach.screen.find("0:claude"), std::string::npos) << "round " << round << ": " << attach.screen;
+    EXPECT_TRUE(WIFEXITED(attach.status) && WEXITSTATUS(attach.status) == 0) << attach.status;
     std::string again = Trim(Exec(
         "tmux list-windows -t cloister -F '#{window_index}|#{window_name}|#{pane_current_path}|#{pane_pid}'"));
     EXPECT_EQ(again, Trim(windows)) << "the same session, window and pane after a detach";
@@ -292,8 +332,10 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
   // Boot 2: reset drops the system disk (and claude with it); the next boot installs codex.
   Stop("ws");
   ASSERT_EQ(Cloister({"reset", "ws", "-f"}).exit_code, 0);
-  set = Cloister({"config", "ws", "--tool", "codex", "--json"});
+  ASSERT_EQ(Cloister({"cred", "add", "ws", "openai"}, kRealOpenai + "\n").exit_code, 0);
+  auto set = Cloister({"config", "ws", "--tool", "codex", "--json"});
   ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_NE(set.err.find("tool claude -> codex"), std::string::npos) << set.err;
   EXPECT_EQ(nlohmann::json::parse(set.out, nullptr, false)["tool"], "codex") << set.out;
   Start("ws");
   t0 = Clock::now();
@@ -313,7 +355,33 @@ TEST_F(AgentsVmTest, ClaudeThenCodexInstalledThroughTheProxyAndRunWithPlaceholde
   EXPECT_EQ(Exec("test -f /usr/local/lib/cloister/tool-claude.installed || echo gone"), "gone\n");
   // The home (claude's settings) survived the reset.
   EXPECT_NE(Exec("cat ~/.claude.json").find("hasCompletedOnboarding"), std::string::npos);
-  EXPECT_EQ(Trim(Exec("tmux list-windows -t cloister -F '#{window_name}'")), "codex");
+  // The first window runs codex, logged in with the placeholder (its auth.json on the home image
+  // holds it) and never the real key, which stays on the host.
+  windows = Exec("tmux list-windows -t cloister -F '#{window_index}|#{window_name}|#{pane_current_path}|#{pane_pid}'");
+  w = Split(Trim(windows), '|');
+  ASSERT_EQ(w.size(), 4u) << windows;
+  EXPECT_EQ(w[1], "codex");
+  EXPECT_EQ(w[2], "/home/dev/proj");
+  const std::string codex_children = PaneDescendants(w[3]);
+  EXPECT_TRUE(WaitFor([&] { return Exec(codex_children).find("codex") != std::string::npos; },
+                      std::chrono::seconds(120)))
+      << Exec(codex_children) << Exec("tmux capture-pane -p -t cloister:0");
+  // Still running a little later (a codex that fails at startup is alive for a moment first).
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  std::string codex_pane = Exec("tmux capture-pane -p -t cloister:0");
+  std::cerr << "[ pane ]\n" << codex_pane << "\n";
+  EXPECT_EQ(codex_pane.find("exited ("), std::string::npos) << codex_pane;
+  EXPECT_NE(Exec(codex_children).find("codex"), std::string::npos) << codex_pane;
+  std::string openai_ph = Trim(Exec("printf '%s' \"$OPENAI_API_KEY\""));
+  EXPECT_NE(openai_ph, kRealOpenai);
+  EXPECT_EQ(openai_ph.size(), kRealOpenai.size());
+  std::string auth = Exec("cat ~/.codex/auth.json");
+  EXPECT_NE(auth.find(openai_ph), std::string::npos) << auth;
+  EXPECT_EQ(auth.find("REALxOPENAI"), std::string::npos) << auth;
+  EXPECT_NE(Exec("cat ~/.codex/config.toml").find("[projects.\"/home/dev/proj\"]"), std::string::npos);
+  Exec("sync", &code, "root");
+  real_on_disk = FindInWorkspaceFiles("ws", kRealOpenai);
+  EXPECT_TRUE(real_on_disk.empty()) << "the real OpenAI key in " << real_on_disk.begin()->first;
   Stop("ws");
 }
 
