@@ -127,6 +127,12 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   if (spec.memory_mib < 128 || spec.memory_mib > 1024 * 1024) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: memory must be at least 128 MiB");
   }
+  if (spec.tcg_cpu.empty() || spec.tcg_cpu.size() > 128 ||
+      spec.tcg_cpu.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789_.,=+-") != std::string::npos) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: bad TCG CPU model '" + spec.tcg_cpu + "'",
+                 "letters, digits and _.,=+- only, e.g. max,erms=off");
+  }
   if (spec.extra_cmdline.find_first_of("\n\0", 0, 2) != std::string::npos) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: kernel command line has a control character");
   }
@@ -142,7 +148,7 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   if (spec.accel == Accel::kKvm) {
     argv.insert(argv.end(), {"-machine", "q35,accel=kvm", "-cpu", "host"});
   } else {
-    argv.insert(argv.end(), {"-machine", "q35,accel=tcg", "-cpu", "max"});
+    argv.insert(argv.end(), {"-machine", "q35,accel=tcg", "-cpu", spec.tcg_cpu});
   }
   argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
   argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",

@@ -42,6 +42,12 @@ struct ShareSpec {
   bool readonly = false;
 };
 
+// The CPU model under TCG: everything TCG emulates ("max") but the fast-string hints ERMS and
+// FSRM. With them, the guest kernel's user copies and glibc's large memcpy use `rep movsb`, which
+// TCG executes one byte per iteration; without them they move 8 bytes at a time or use vector
+// loops. bench/tcg_cpu_bench measures both models side by side. KVM keeps `-cpu host`.
+inline constexpr char kTcgCpuModel[] = "max,erms=off,fsrm=off";
+
 struct VmSpec {
   std::string qemu_binary = "qemu-system-x86_64";
   std::string name;  // workspace name, for -name and the kernel hostname hint
@@ -66,6 +72,9 @@ struct VmSpec {
   std::vector<ShareSpec> shares;
   bool incoming_defer = false;  // resume from a suspend state (migrate-incoming over QMP)
   bool sandbox = true;          // -sandbox on,... (QEMU's seccomp filter)
+  // -cpu under TCG ([A-Za-z0-9_.,=+-], at most 128 characters); the supervisor takes
+  // CLOISTER_TCG_CPU when set (benchmarks compare models with it).
+  std::string tcg_cpu = kTcgCpuModel;
 };
 
 // Validates the spec (required paths present, MAC and share tags well-formed, no NUL) and returns

@@ -144,8 +144,18 @@ TEST(QemuArgsTest, AccelSelectsMachine) {
   VmSpec s = Spec();
   s.accel = Accel::kKvm;
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=kvm"});
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"host"});
   s.accel = Accel::kTcg;
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=tcg"});
+  // TCG: everything it emulates but the fast-string hints (rep movsb runs a byte per iteration).
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"max,erms=off,fsrm=off"});
+  s.tcg_cpu = "max";
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"max"});
+  for (const char* bad : {"", "max,erms=off\n", "max -device foo", "max;x",
+                          "max,file=/etc/passwd:x"}) {
+    s.tcg_cpu = bad;
+    EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
+  }
 }
 
 TEST(QemuArgsTest, CommasInPathsAreEscaped) {

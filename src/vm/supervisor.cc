@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -323,6 +324,7 @@ Status Supervisor::Boot(bool resume) {
 
   spec.name = opts_.name;
   spec.accel = opts_.accel;
+  if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) spec.tcg_cpu = cpu;
   spec.cpus = static_cast<int>(config_.cpus);
   spec.memory_mib = static_cast<int>(config_.memory_mib);
   // SECURITY: QEMU opens no file by path (vm/qemu_access.h): every file and socket it needs is an
