@@ -1,6 +1,7 @@
 // Boot overhead and idle memory of a cloister workspace, measured side by side in one run:
-//   bare:     qemu-system-x86_64 with the image's kernel + initramfs + base disk, from exec to the
-//             kernel reporting the root filesystem mounted (where the image's init takes over);
+//   bare:     qemu-system-x86_64 (cloister's -cpu) with the image's kernel + initramfs + base
+//             disk, from exec to the kernel reporting the root filesystem mounted (where the
+//             image's init takes over);
 //   cloister: `cloister start` of a fresh workspace on the same image, from exec to the guest
 //             agent's READY (metadata disk, supervisor, QEMU, init, agent, pty+shell check, and the
 //             proven-boot checkpoint);
@@ -28,6 +29,7 @@
 #include "vm/accel.h"
 #include "vm/launcher.h"
 #include "vm/process.h"
+#include "vm/qemu_args.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -42,7 +44,7 @@ double BareBoot(const std::string& image_dir, vm::Accel accel) {
   std::vector<std::string> argv = {
       "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
       "-no-reboot", "-machine", std::string("q35,accel=") + vm::AccelName(accel), "-cpu",
-      accel == vm::Accel::kKvm ? "host" : "max", "-smp", "2", "-m", "2048", "-kernel",
+      accel == vm::Accel::kKvm ? "host" : vm::kTcgCpuModel, "-smp", "2", "-m", "2048", "-kernel",
       image_dir + "/vmlinuz", "-initrd", image_dir + "/initrd.img", "-append",
       "root=/dev/vda rw console=ttyS0 panic=-1", "-drive",
       "file=" + image_dir + "/disk.raw,format=raw,if=virtio,snapshot=on", "-serial", "stdio"};
