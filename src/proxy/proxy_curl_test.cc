@@ -9,29 +9,13 @@
 namespace cloister::proxy::testing {
 namespace {
 
-struct CurlResult {
-  int code = 0;  // HTTP status curl saw (0: none)
-  std::string body;
-  std::string err;
-};
+using CurlResult = CurlOut;
 
+// Real curl through the fixture's proxy, trusting its CA.
 CurlResult Curl(ProxyEnv& env, std::vector<std::string> args) {
-  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "30", "-x", env.ProxyUrl(),
-                                   "--cacert", env.ca_file, "-w", "\n%{http_code}"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  RunOptions opts;
-  opts.env_unset = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                    "all_proxy", "NO_PROXY", "no_proxy", "CURL_CA_BUNDLE", "SSL_CERT_FILE"};
-  opts.timeout = std::chrono::seconds(60);
-  auto out = RunProcess(argv, opts);
-  EXPECT_TRUE(out.ok());
-  CurlResult r;
-  if (!out.ok()) return r;
-  size_t nl = out->out.rfind('\n');
-  r.body = out->out.substr(0, nl == std::string::npos ? 0 : nl);
-  r.code = nl == std::string::npos ? 0 : std::atoi(out->out.c_str() + nl + 1);
-  r.err = out->err;
-  return r;
+  std::vector<std::string> a = {"-x", env.ProxyUrl(), "--cacert", env.ca_file};
+  a.insert(a.end(), args.begin(), args.end());
+  return RunCurl(a);
 }
 
 class CurlTest : public ::testing::Test {

@@ -19,31 +19,6 @@
 namespace cloister::proxy::testing {
 namespace {
 
-struct CurlOut {
-  int code = 0;     // HTTP status (0: none)
-  int connect = 0;  // the proxy's answer to CONNECT (proxy mode)
-  std::string body, err;
-};
-
-CurlOut RunCurl(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "30", "-w",
-                                   "\n%{http_code} %{http_connect}"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  RunOptions opts;
-  opts.env_unset = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                    "all_proxy", "NO_PROXY", "no_proxy", "CURL_CA_BUNDLE", "SSL_CERT_FILE"};
-  opts.timeout = std::chrono::seconds(60);
-  auto out = RunProcess(argv, opts);
-  EXPECT_TRUE(out.ok());
-  CurlOut r;
-  if (!out.ok()) return r;
-  size_t nl = out->out.rfind('\n');
-  r.body = out->out.substr(0, nl == std::string::npos ? 0 : nl);
-  if (nl != std::string::npos) sscanf(out->out.c_str() + nl + 1, "%d %d", &r.code, &r.connect);
-  r.err = out->err;
-  return r;
-}
-
 // A TCP server on 127.0.0.1:0 that optionally speaks first (a banner line), then echoes.
 class RawServer {
  public:

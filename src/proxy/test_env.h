@@ -11,11 +11,13 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "base/subprocess.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/proxy.h"
 #include "vault/placeholder.h"
@@ -36,6 +38,34 @@ inline vault::BoundCredential Bind(vault::CredentialKind kind, const std::string
   auto ph = vault::MakePlaceholder(kSalt, "ws", *c);
   EXPECT_TRUE(ph.ok());
   return {*c, *ph};
+}
+
+// What real curl did: the HTTP status and the proxy's answer to CONNECT (0: none), the body and
+// stderr.
+struct CurlOut {
+  int code = 0;
+  int connect = 0;
+  std::string body, err;
+};
+
+// Runs real curl with `args`, none of the host's proxy or CA variables, a 30 s limit.
+inline CurlOut RunCurl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "30", "-w",
+                                   "\n%{http_code} %{http_connect}"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  RunOptions opts;
+  opts.env_unset = {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                    "all_proxy", "NO_PROXY", "no_proxy", "CURL_CA_BUNDLE", "SSL_CERT_FILE"};
+  opts.timeout = std::chrono::seconds(60);
+  auto out = RunProcess(argv, opts);
+  EXPECT_TRUE(out.ok());
+  CurlOut r;
+  if (!out.ok()) return r;
+  size_t nl = out->out.rfind('\n');
+  r.body = out->out.substr(0, nl == std::string::npos ? 0 : nl);
+  if (nl != std::string::npos) sscanf(out->out.c_str() + nl + 1, "%d %d", &r.code, &r.connect);
+  r.err = out->err;
+  return r;
 }
 
 class ProxyEnv {
