@@ -15,6 +15,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "image/npm_tarball.h"
 
 namespace cloister::proxy::testing {
 namespace {
@@ -33,6 +34,22 @@ std::map<std::string, std::string> NpmEnv(const fs::path& root) {
           {"npm_config_cache", (root / "cache").string()},
           {"npm_config_update_notifier", "false"},
           {"npm_config_userconfig", (root / "npmrc").string()}};
+}
+
+// The host's real npm installing `specs` globally under ROOT/prefix from the fake at `address`,
+// with none of the host's proxy or registry settings.
+Result<RunOutput> NpmInstall(const fs::path& root, const std::string& address,
+                             std::vector<std::string> specs, std::chrono::seconds limit) {
+  RunOptions o;
+  o.env_set = NpmEnv(root);
+  o.env_unset = {"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
+                 "npm_config_proxy", "npm_config_https_proxy", "npm_config_registry"};
+  o.timeout = limit;
+  std::vector<std::string> argv = {"npm", "install", "-g", "--prefix", (root / "prefix").string(),
+                                   "--registry", "http://" + address + "/", "--no-audit",
+                                   "--no-fund", "--loglevel=http"};
+  argv.insert(argv.end(), specs.begin(), specs.end());
+  return RunProcess(argv, o);
 }
 
 TEST(NpmRegistryFakeTest, RealNpmInstallsFromItSkippingOtherPlatformsOptionalPackages) {
@@ -84,15 +101,8 @@ TEST(NpmRegistryFakeTest, RealNpmInstallsFromItSkippingOtherPlatformsOptionalPac
 
   auto server = FakeUpstream::Start(nullptr, (*fake)->handler());
   ASSERT_TRUE(server.ok());
-  RunOptions o;
-  o.env_set = NpmEnv(root);
-  o.env_unset = {"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
-                 "npm_config_proxy", "npm_config_https_proxy", "npm_config_registry"};
-  o.timeout = std::chrono::seconds(240);
-  auto install = RunProcess({"npm", "install", "-g", "--prefix", (root / "prefix").string(),
-                             "--registry", "http://" + (*server)->Address() + "/", "--no-audit",
-                             "--no-fund", "--loglevel=http", "@cloister-test/tool@1.0.0"},
-                            o);
+  auto install = NpmInstall(root, (*server)->Address(), {"@cloister-test/tool@1.0.0"},
+                            std::chrono::seconds(240));
   ASSERT_TRUE(install.ok());
   ASSERT_EQ(install->exit_code, 0) << install->out << install->err;
   auto run = RunProcess({(root / "prefix" / "bin" / "cloister-test-tool").string()});
@@ -114,14 +124,7 @@ TEST(NpmRegistryFakeTest, RealNpmInstallsFromItSkippingOtherPlatformsOptionalPac
 // both from the fake (their other-platform optional packages skipped), and both CLIs run here.
 TEST(NpmRegistryFakeTest, ThePinnedAgentsInstallFromTheCachedTarballs) {
   if (!ProgramExists("npm")) GTEST_SKIP() << "npm is not installed here";
-  std::string cache;
-  if (const char* d = std::getenv("CLOISTER_NPM_CACHE"); d && *d) {
-    cache = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    cache = std::string(x) + "/cloister/npm";
-  } else {
-    cache = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") + "/.cache/cloister/npm";
-  }
+  const std::string cache = image::NpmCacheDir();
   ASSERT_TRUE(fs::exists(cache + "/anthropic-ai-claude-code-2.1.332.tgz"))
       << "run scripts/install-deps.sh test (it caches the pinned tarballs in " << cache << ")";
   auto fake = NpmRegistryFake::Load(cache);
@@ -131,15 +134,9 @@ TEST(NpmRegistryFakeTest, ThePinnedAgentsInstallFromTheCachedTarballs) {
   fs::path root = fs::temp_directory_path() / ("cloister-npm-agents-" + std::to_string(getpid()));
   fs::remove_all(root);
   fs::create_directories(root / "home");
-  RunOptions o;
-  o.env_set = NpmEnv(root);
-  o.env_unset = {"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy",
-                 "npm_config_proxy", "npm_config_https_proxy", "npm_config_registry"};
-  o.timeout = std::chrono::seconds(600);
-  auto install = RunProcess({"npm", "install", "-g", "--prefix", (root / "prefix").string(),
-                             "--registry", "http://" + (*server)->Address() + "/", "--no-audit",
-                             "--no-fund", "@anthropic-ai/claude-code@2.1.332", "@openai/codex@0.171.0"},
-                            o);
+  auto install = NpmInstall(root, (*server)->Address(),
+                            {"@anthropic-ai/claude-code@2.1.332", "@openai/codex@0.171.0"},
+                            std::chrono::seconds(600));
   ASSERT_TRUE(install.ok());
   ASSERT_EQ(install->exit_code, 0) << install->out << install->err;
   RunOptions run;
