@@ -35,11 +35,40 @@ class BodyTransform {
   virtual Result<std::string> End() = 0;                      // at the end; error aborts upstream
 };
 
+// The upstream's response head as the proxy received it (status and headers in wire order).
+struct ResponseHead {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// What a response transform asks for after seeing the head.
+struct ResponseHold {
+  bool hold = false;    // hold the whole body (<= max_body) and call OnBody before the guest sees it
+  size_t max_body = 0;  // a longer body is refused: 502 to the guest, nothing of it forwarded
+};
+
+// One request's view of its response (a filter that must see what comes back, e.g. aws/ credential
+// custody). Created by the filter in OnRequestHead, owned by the proxy for that one request.
+// SECURITY: a request with a response transform is sent upstream with `Accept-Encoding: identity`;
+// a response to it that still carries a Content-Encoding other than identity is refused (502), so
+// OnBody always sees the bytes the guest would get.
+class ResponseTransform {
+ public:
+  virtual ~ResponseTransform() = default;
+  // May rewrite the head. An error: 502 with the message to the guest, nothing of the response
+  // forwarded, and the trace record carries the message.
+  virtual Result<ResponseHold> OnHead(ResponseHead& head) = 0;
+  // Only after hold: the whole body; returns the body the guest gets (Content-Length recomputed).
+  // An error: as for OnHead.
+  virtual Result<std::string> OnBody(ResponseHead& head, std::string body) = 0;
+};
+
 struct FilterVerdict {
   bool handled = false;         // false: the filter does not apply; the head is left as it was
   bool need_full_body = false;  // hold the whole body (<= max_body) and call OnFullBody
   size_t max_body = 0;
   std::unique_ptr<BodyTransform> body;  // optional
+  std::unique_ptr<ResponseTransform> response;  // optional: sees (and may rewrite) the response
 };
 
 class RequestFilter {
