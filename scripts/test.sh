@@ -16,7 +16,16 @@ exclude=(-LE opt-in)
 cd "$BUILD"
 # A test that fails is retried once: the VM tests run under software emulation on shared CI
 # machines, and a second failure is a real one.
-ctest --output-on-failure --no-tests=error --repeat until-pass:2 -j"$(nproc)" "${exclude[@]}"
+# Every test that needed its retry is named at the end: each is a bug to fix, not noise.
+ctest_log="$(mktemp)"
+set +e
+ctest --output-on-failure --no-tests=error --repeat until-pass:2 -j"$(nproc)" "${exclude[@]}" 2>&1 |
+  tee "$ctest_log"
+ctest_rc=${PIPESTATUS[0]}
+set -e
+bash "$ROOT/scripts/retried-tests.sh" "$ctest_log" >&2
+rm -f "$ctest_log"
+[ "$ctest_rc" = 0 ] || exit "$ctest_rc"
 # Sanitizers and fuzzing: every fuzz target's corpus replayed and each fuzzed for a bounded time
 # under ASan+UBSan, in its own build dir (scripts/fuzz.sh). CLOISTER_SKIP_FUZZ=1 skips it.
 cd "$ROOT"
