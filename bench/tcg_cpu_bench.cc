@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "base/subprocess.h"
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 #include "vm/qemu_args.h"
 
 using namespace cloister;

@@ -27,7 +27,7 @@
 #include "base/subprocess.h"
 #include "store/store.h"
 #include "vm/accel.h"
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 #include "vm/process.h"
 #include "vm/qemu_args.h"
 

@@ -1,6 +1,6 @@
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 
 namespace cloister::cli {
 

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 
 namespace cloister::cli {
 

@@ -21,10 +21,10 @@
 #include "cli/store_verbs.h"
 #include "cli/vault_access.h"
 #include "store/store.h"
-#include "vm/control.h"
-#include "vm/launcher.h"
-#include "vm/supervisor.h"
-#include "vm/workspace.h"
+#include "supervisor/control.h"
+#include "supervisor/launcher.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::cli {
 

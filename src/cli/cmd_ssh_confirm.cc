@@ -11,8 +11,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
-#include "vm/control.h"
-#include "vm/ssh_confirm.h"
+#include "supervisor/control.h"
+#include "supervisor/ssh_confirm.h"
 
 namespace cloister::cli {
 namespace {

@@ -21,8 +21,8 @@
 #include "sshagent/unix_server.h"
 #include "sshagent/vault_key_store.h"
 #include "store/env.h"
-#include "vm/control.h"
-#include "vm/ssh_confirm.h"
+#include "supervisor/control.h"
+#include "supervisor/ssh_confirm.h"
 
 namespace cloister::cli {
 namespace {

@@ -7,8 +7,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
-#include "vm/launcher.h"
-#include "vm/workspace.h"
+#include "supervisor/launcher.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::cli {
 

@@ -2,7 +2,7 @@
 // by `cloister start`. See vm/supervisor.h.
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "vm/supervisor.h"
+#include "supervisor/supervisor.h"
 
 namespace cloister::cli {
 

@@ -30,7 +30,7 @@
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/policy.h"
-#include "vm/testing.h"
+#include "supervisor/testing.h"
 
 namespace cloister::guest {
 namespace {

@@ -1,4 +1,4 @@
-#include "vm/egress.h"
+#include "supervisor/egress.h"
 
 #include <cstdlib>
 #include <utility>

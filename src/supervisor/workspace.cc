@@ -1,11 +1,11 @@
-#include "vm/workspace.h"
+#include "supervisor/workspace.h"
 
 #include <sys/stat.h>
 
 #include <ctime>
 #include <filesystem>
 
-#include "vm/supervisor.h"
+#include "supervisor/supervisor.h"
 
 namespace cloister::vm {
 

@@ -8,7 +8,7 @@
 #include "base/result.h"
 #include "store/store.h"
 #include "vm/qemu_args.h"
-#include "vm/state.h"
+#include "supervisor/state.h"
 
 namespace cloister::vm {
 

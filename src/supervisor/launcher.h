@@ -9,7 +9,7 @@
 #include "base/result.h"
 #include "store/store.h"
 #include "vm/accel.h"
-#include "vm/state.h"
+#include "supervisor/state.h"
 
 namespace cloister::vm {
 

@@ -1,4 +1,4 @@
-#include "vm/state.h"
+#include "supervisor/state.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 
 #include "base/pid_file.h"
 #include "base/strings.h"
-#include "vm/control.h"
+#include "supervisor/control.h"
 
 namespace cloister::vm {
 

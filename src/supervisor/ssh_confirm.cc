@@ -1,4 +1,4 @@
-#include "vm/ssh_confirm.h"
+#include "supervisor/ssh_confirm.h"
 
 #include <sys/socket.h>
 

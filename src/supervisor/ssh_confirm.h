@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sshagent/agent.h"
-#include "vm/control.h"
+#include "supervisor/control.h"
 
 namespace cloister::vm {
 

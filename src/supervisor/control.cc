@@ -1,4 +1,4 @@
-#include "vm/control.h"
+#include "supervisor/control.h"
 
 #include "base/file_util.h"
 

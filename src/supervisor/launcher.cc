@@ -1,4 +1,4 @@
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "base/strings.h"
-#include "vm/control.h"
+#include "supervisor/control.h"
 #include "vm/process.h"
-#include "vm/workspace.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 

@@ -1,6 +1,6 @@
 // The VM fixture's host-side search must not miss a needle: a test that scans a disk image for a
 // secret passes wrongly if a match straddling two read chunks is lost.
-#include "vm/testing.h"
+#include "supervisor/testing.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "vm/supervisor.h"
+#include "supervisor/supervisor.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -30,17 +30,17 @@
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
-#include "vm/control.h"
+#include "supervisor/control.h"
 #include "proxy/policy.h"
-#include "vm/egress.h"
+#include "supervisor/egress.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
 #include "vm/qemu_access.h"
 #include "vm/qemu_args.h"
 #include "vm/qmp.h"
-#include "vm/ssh_confirm.h"
-#include "vm/state.h"
-#include "vm/workspace.h"
+#include "supervisor/ssh_confirm.h"
+#include "supervisor/state.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 

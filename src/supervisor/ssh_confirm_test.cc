@@ -1,7 +1,7 @@
 // SshConfirmBroker against a listener on a socketpair: allow, deny, nobody listening, silence,
 // hang-up, garbage, stop. And through a real SignOnlyAgent: a refused question is a refused
 // signature.
-#include "vm/ssh_confirm.h"
+#include "supervisor/ssh_confirm.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The supervisor's wire boundary on the host: the guest setup holds placeholders only, and a real
 // curl through Egress::Serve reaches a local fake of api.anthropic.com with the real key swapped
 // in (resolve override, test CA; nothing leaves 127.0.0.1).
-#include "vm/egress.h"
+#include "supervisor/egress.h"
 
 #include <netinet/in.h>
 #include <stdlib.h>

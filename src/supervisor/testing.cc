@@ -1,4 +1,4 @@
-#include "vm/testing.h"
+#include "supervisor/testing.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -15,9 +15,9 @@
 
 #include "base/strings.h"
 #include "image/testing.h"
-#include "vm/launcher.h"
-#include "vm/state.h"
-#include "vm/workspace.h"
+#include "supervisor/launcher.h"
+#include "supervisor/state.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm::testing {
 

@@ -1,4 +1,4 @@
-#include "vm/state.h"
+#include "supervisor/state.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "vm/control.h"
+#include "supervisor/control.h"
 
 namespace cloister::vm {
 namespace {

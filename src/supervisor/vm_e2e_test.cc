@@ -31,11 +31,11 @@
 #include "image/testing.h"
 #include "store/env.h"
 #include "store/store.h"
-#include "vm/launcher.h"
+#include "supervisor/launcher.h"
 #include "vm/qemu_access.h"
-#include "vm/state.h"
-#include "vm/testing.h"
-#include "vm/workspace.h"
+#include "supervisor/state.h"
+#include "supervisor/testing.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 namespace {

@@ -35,10 +35,10 @@
 #include "proxy/fake_upstream.h"
 #include "store/store.h"
 #include "vault/crypto.h"
-#include "vm/launcher.h"
-#include "vm/state.h"
-#include "vm/testing.h"
-#include "vm/workspace.h"
+#include "supervisor/launcher.h"
+#include "supervisor/state.h"
+#include "supervisor/testing.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 namespace {

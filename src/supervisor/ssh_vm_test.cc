@@ -40,7 +40,7 @@
 #include "base/subprocess.h"
 #include "sshagent/vault_key_store.h"
 #include "vault/crypto.h"
-#include "vm/testing.h"
+#include "supervisor/testing.h"
 
 namespace cloister::vm {
 namespace {

@@ -39,9 +39,9 @@
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/npm_fake.h"
-#include "vm/state.h"
-#include "vm/testing.h"
-#include "vm/workspace.h"
+#include "supervisor/state.h"
+#include "supervisor/testing.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 namespace {
