@@ -13,6 +13,7 @@
 
 #include "base/strings.h"
 #include "supervisor/control.h"
+#include "supervisor/environment.h"
 #include "vm/process.h"
 #include "supervisor/workspace.h"
 
@@ -110,6 +111,9 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
   so.stdout_path = paths.supervisor_log;
   so.new_session = true;
   so.keep_fds = {pipefd[1]};
+  // SECURITY: the supervisor (and so QEMU) never sees the caller's shell variables, where users
+  // keep API keys (supervisor/environment.h).
+  so.env = SupervisorEnvironment();
   auto pid = SpawnProcess(argv, so);
   close(pipefd[1]);
   if (!pid.ok()) {

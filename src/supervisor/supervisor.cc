@@ -33,6 +33,7 @@
 #include "supervisor/control.h"
 #include "proxy/policy.h"
 #include "supervisor/egress.h"
+#include "supervisor/environment.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
 #include "vm/qemu_access.h"
@@ -380,6 +381,9 @@ Status Supervisor::Boot(bool resume) {
   so.stdout_path = paths_.supervisor_log;
   so.die_with_parent = true;
   so.keep_fds = fds.fds();
+  // SECURITY: QEMU gets PATH and LANG=C, nothing of the supervisor's environment
+  // (supervisor/environment.h).
+  so.env = QemuEnvironment();
   if (ident.drop) {
     so.uid = ident.uid;
     so.gid = ident.gid;

@@ -480,6 +480,13 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   chmod((ro + "/root-only").c_str(), 0600);
   Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{ro, "/mnt/ro", false}});
 
+  // Issue 15 item 3: a key the user exported in the shell that runs cloister reaches neither the
+  // supervisor nor QEMU (supervisor/environment.h).
+  const std::string exported_key =
+      "sk-ant-api03-Zq7vE2eXportedK3yNotRealButShapedLikeOne0123456789abcdefghijklmnop"
+      "qrstuvwxyz-ABCDEFGHIJAA";
+  env_["ANTHROPIC_API_KEY"] = exported_key;
+
   // start -d: back as soon as QEMU runs; the agent is not ready yet under TCG.
   auto r = Cloister({"start", "hq", "-d", "--accel", "tcg"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -516,6 +523,26 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
               std::string::npos);
     // QEMU opens nothing of the store by path: no store path on its command line.
     EXPECT_EQ(cmdline->find(root_), std::string::npos);
+    // QEMU's environment is PATH and LANG=C; the supervisor's holds nothing of the caller's shell.
+    auto names = [](const std::string& text) {
+      std::vector<std::string> out;
+      for (const std::string& e : Split(text, '\0')) {
+        if (!e.empty()) out.push_back(e.substr(0, e.find('=')));
+      }
+      return out;
+    };
+    auto qemu_env = Env::Default()->ReadFile("/proc/" + std::to_string(qemu) + "/environ", 1 << 20);
+    ASSERT_TRUE(qemu_env.ok()) << qemu_env.error().ToString();
+    EXPECT_EQ(qemu_env->find(exported_key), std::string::npos);
+    EXPECT_EQ(names(*qemu_env), (std::vector<std::string>{"PATH", "LANG"}));
+    pid_t sup = LivePid(RunPathsFor(*store_, "hq").supervisor_pid);
+    ASSERT_GT(sup, 0);
+    auto sup_env = Env::Default()->ReadFile("/proc/" + std::to_string(sup) + "/environ", 1 << 20);
+    ASSERT_TRUE(sup_env.ok()) << sup_env.error().ToString();
+    EXPECT_EQ(sup_env->find(exported_key), std::string::npos);
+    EXPECT_EQ(sup_env->find("ANTHROPIC_API_KEY"), std::string::npos);
+    EXPECT_NE(sup_env->find(std::string("LANG=C") + '\0'), std::string::npos)
+        << Join(names(*sup_env), " ");
   };
   expect_hardened();
 

@@ -31,6 +31,11 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  std::vector<char*> cenv;
+  if (options.env) {
+    for (const auto& e : *options.env) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -69,7 +74,11 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
     if (options.die_with_parent && (options.uid || options.gid)) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // cleared by a credential change; set it again
     }
-    execvp(cargv[0], cargv.data());
+    if (options.env) {
+      execvpe(cargv[0], cargv.data(), cenv.data());
+    } else {
+      execvp(cargv[0], cargv.data());
+    }
     _exit(127);
   }
   close(out_fd);

@@ -22,6 +22,9 @@ struct SpawnOptions {
   std::optional<gid_t> gid;
   std::vector<gid_t> groups;     // supplementary groups after the drop (default: none)
   std::vector<int> keep_fds;     // extra fds inherited at the same numbers (CLOEXEC cleared)
+  // The child's whole environment ("NAME=value" each); nullopt: it inherits ours. The program
+  // is still looked up on our PATH.
+  std::optional<std::vector<std::string>> env;
 };
 
 // Forks and execs argv[0] (PATH lookup). Returns the child's pid.
