@@ -47,8 +47,12 @@ std::map<std::string, std::string> ToolEnvironment(const std::string& tool) {
 
 Result<std::map<std::string, std::string>> GuestNpmRegistryFromEnv() {
   const char* r = std::getenv("CLOISTER_GUEST_NPM_REGISTRY");
-  if (!r || !*r) return std::map<std::string, std::string>{};
-  std::string url = r;
+  return GuestNpmRegistry(r ? r : "");
+}
+
+Result<std::map<std::string, std::string>> GuestNpmRegistry(const std::string& value) {
+  if (value.empty()) return std::map<std::string, std::string>{};
+  std::string url = value;
   bool ok = StartsWith(url, "https://") && url.size() > 8 && url.size() < 512;
   for (char c : url) ok = ok && c > ' ' && c < 0x7f && c != '\'' && c != '"';
   if (!ok) {

@@ -113,5 +113,7 @@ std::map<std::string, std::string> ToolEnvironment(const std::string& tool);
 // https:// URL (tests point it at a made-up name that CLOISTER_PROXY_RESOLVE maps to a local fake
 // registry). Returns the variables to add ({} normally); a malformed value is an error.
 Result<std::map<std::string, std::string>> GuestNpmRegistryFromEnv();
+// The same from the variable's value ("" = unset; pure).
+Result<std::map<std::string, std::string>> GuestNpmRegistry(const std::string& value);
 
 }  // namespace cloister::vm

@@ -30,15 +30,16 @@
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
+#include "supervisor/boot_plan.h"
 #include "supervisor/control.h"
 #include "proxy/policy.h"
 #include "supervisor/egress.h"
-#include "supervisor/environment.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
 #include "vm/qemu_access.h"
 #include "vm/qemu_args.h"
 #include "vm/qmp.h"
+#include "supervisor/qemu_launch.h"
 #include "supervisor/ssh_confirm.h"
 #include "supervisor/state.h"
 #include "supervisor/workspace.h"
@@ -285,112 +286,27 @@ Status Supervisor::Boot(bool resume) {
   Progress("starting the egress proxy");
   RETURN_IF_ERROR(StartEgress());
   Progress("building the metadata disk");
-  MetaConfig meta;
-  meta.workspace = opts_.name;
-  meta.boot_id = boot_id_;
-  // SECURITY: placeholders, proxy settings and the CA certificate only (vm/egress.h).
-  for (const auto& [k, v] : egress_->guest().env) meta.env[k] = v;
-  for (const GuestFileSpec& f : egress_->guest().files) {
-    meta.files.push_back({f.path, f.content, f.mode, f.owner});
-  }
-  meta.ca_certificate = egress_->guest().ca_pem;
-  // The coding agent (base/agent_tools.h): the guest installs it at its first boot and runs it in
-  // the first tmux window, in the first shared folder (or the home).
-  if (!FindAgentTool(config_.tool)) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "workspace " + opts_.name + ": unknown tool '" + config_.tool + "'",
-                 "`cloister config " + opts_.name + " --tool shell` (or " + AgentToolNames() + ")");
-  }
-  meta.tool = config_.tool;
-  if (!config_.volumes.empty()) meta.workdir = config_.volumes.front().guest;
-  for (const auto& [k, v] : ToolEnvironment(config_.tool)) meta.env[k] = v;
-  ASSIGN_OR_RETURN(auto registry, GuestNpmRegistryFromEnv());
-  for (const auto& [k, v] : registry) meta.env[k] = v;
-  VmSpec spec;
-  int i = 0;
-  for (const Volume& v : config_.volumes) {
-    std::string tag = "share" + std::to_string(i++);
-    meta.shares.push_back({tag, v.guest, v.read_only});
-    spec.shares.push_back({v.host, tag, v.read_only});
-  }
-  ASSIGN_OR_RETURN(std::string agent, FindAgentBinary());
-  MetaExecutables exes;
-  if (auto audit = FindHelperBinary("cloister-audit", "CLOISTER_AUDIT_BIN", "audit"); audit.ok()) {
-    exes["cloister-audit"] = *audit;
-  }
-  // A resumed guest still has the metadata disk it booted with mounted: keep that image.
-  if (!resume || access(paths_.meta_disk.c_str(), R_OK) != 0) {
-    RETURN_IF_ERROR(BuildMetaDisk(paths_.meta_disk, agent, meta, {}, exes));
-  }
-
-  spec.name = opts_.name;
-  spec.accel = opts_.accel;
-  if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) spec.tcg_cpu = cpu;
-  spec.cpus = static_cast<int>(config_.cpus);
-  spec.memory_mib = static_cast<int>(config_.memory_mib);
-  // SECURITY: QEMU opens no file by path (vm/qemu_access.h): every file and socket it needs is an
-  // fd we pass, and as root it runs under the workspace's own unprivileged uid.
-  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityFor(config_.mac, opts_.accel == Accel::kKvm));
-  QemuFds fds;
-  const std::vector<std::string> allowed_dirs = {paths_.workspace_dir};
-  const std::vector<std::string> allowed_files = {config_.image.path};
-  auto pass_disk = [&](const LiveDisk& d) -> Result<DiskSpec> {
-    std::string fmt = layout::DiskFormatName(d.format);
-    ASSIGN_OR_RETURN(std::vector<DiskSpec> chain,
-                     ReadBackingChain(d.path, fmt, allowed_dirs, allowed_files));
-    for (DiskSpec& layer : chain) {
-      ASSIGN_OR_RETURN(layer.path, fds.AddToFdSet(layer.path, O_RDONLY));
-    }
-    ASSIGN_OR_RETURN(std::string top, fds.AddToFdSet(d.path, O_RDWR));
-    return DiskSpec{top, fmt, std::move(chain)};
-  };
-  ASSIGN_OR_RETURN(spec.system_disk, pass_disk(disks.system));
-  ASSIGN_OR_RETURN(spec.home_disk, pass_disk(disks.home));
-  ASSIGN_OR_RETURN(spec.meta_disk, fds.AddToFdSet(paths_.meta_disk, O_RDONLY));
-  ASSIGN_OR_RETURN(spec.kernel, fds.AddProcPath(kernel.kernel, O_RDONLY, ident.drop));
-  ASSIGN_OR_RETURN(spec.initrd, fds.AddProcPath(kernel.initrd, O_RDONLY, ident.drop));
-  for (ShareSpec& share : spec.shares) {
-    // 9p serves the folder relative to this directory fd; what QEMU's uid may do inside it is
-    // what the folder's permissions give that uid.
-    ASSIGN_OR_RETURN(share.host_path, fds.AddProcPath(share.host_path, O_RDONLY | O_DIRECTORY, false));
-  }
-  spec.mac = config_.mac;
-  spec.channel_socket = paths_.channel_socket;
-  spec.qmp_socket = paths_.qmp_socket;
-  {
-    // A fresh log per boot; a resumed VM continues the same boot's log.
-    int fd = open(paths_.console_log.c_str(),
-                  O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0640);
-    if (fd < 0) return ErrnoError("create " + paths_.console_log, errno);
-    close(fd);
-  }
-  ASSIGN_OR_RETURN(spec.console_log, fds.AddToFdSet(paths_.console_log, O_WRONLY | O_APPEND));
-  ASSIGN_OR_RETURN(int qmp_listen, ListenUnix(paths_.qmp_socket));
-  spec.qmp_listen_fd = fds.AddListener(qmp_listen);
-  ASSIGN_OR_RETURN(int channel_listen, ListenUnix(paths_.channel_socket));
-  spec.channel_listen_fd = fds.AddListener(channel_listen);
-  spec.fd_sets = fds.fd_sets();
-  spec.incoming_defer = resume;
-  spec.sandbox = opts_.sandbox;
-  ASSIGN_OR_RETURN(std::vector<std::string> argv, BuildQemuArgv(spec));
-
-  Progress(std::string(resume ? "resuming" : "starting") + " QEMU (" + AccelName(opts_.accel) +
-           (ident.drop ? ", uid " + std::to_string(ident.uid) : std::string()) + ")");
-  Log("qemu: " + [&] { std::string s; for (auto& a : argv) s += a + " "; return s; }());
-  SpawnOptions so;
-  so.stdout_path = paths_.supervisor_log;
-  so.die_with_parent = true;
-  so.keep_fds = fds.fds();
-  // SECURITY: QEMU gets PATH and LANG=C, nothing of the supervisor's environment
-  // (supervisor/environment.h).
-  so.env = QemuEnvironment();
-  if (ident.drop) {
-    so.uid = ident.uid;
-    so.gid = ident.gid;
-    so.groups = ident.groups;
-  }
-  ASSIGN_OR_RETURN(qemu_pid_, SpawnProcess(argv, so));
-  fds.CloseAll();  // QEMU has its copies; ours would keep its sockets listening if it died
+  // The plan (supervisor/boot_plan.h) is pure; LaunchQemu does the I/O and the spawn.
+  BootInputs in;
+  in.workspace = opts_.name;
+  in.boot_id = boot_id_;
+  in.resume = resume;
+  in.meta_disk_present = access(paths_.meta_disk.c_str(), R_OK) == 0;
+  in.accel = opts_.accel;
+  in.sandbox = opts_.sandbox;
+  if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) in.tcg_cpu = cpu;
+  if (const char* r = std::getenv("CLOISTER_GUEST_NPM_REGISTRY"); r && *r) in.npm_registry = r;
+  in.config = config_;
+  in.disks = disks;
+  in.kernel = kernel;
+  in.guest = egress_->guest();
+  in.paths = paths_;
+  ASSIGN_OR_RETURN(BootPlan plan, PlanBoot(in));
+  QemuLaunchOptions launch;
+  launch.output_path = paths_.supervisor_log;
+  launch.progress = [this](const std::string& stage) { Progress(stage); };
+  launch.log = Log;
+  ASSIGN_OR_RETURN(qemu_pid_, LaunchQemu(plan, launch));
   pid_t pid = qemu_pid_;
   uint64_t gen = generation_;
   std::thread([this, pid, gen] {
