@@ -73,6 +73,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {Go(S::kBooting),          // start
    kNotBooting,              // ready
    kNotBooting,              // qemu exited
+   kNotBooting,              // channel closed
    Already(S::kStopped),     // stop
    Already(S::kStopped),     // force stop
    kNothingToSuspend,        // suspend
@@ -96,6 +97,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {Wait(S::kBooting),        // start: (with -d: already booting)
    Go(S::kRunning),          // ready
    Go(S::kStopped),          // qemu exited: the boot failed
+   Go(S::kBooting),          // channel closed
    Go(S::kStopping),         // stop: a booting guest may not handle ACPI: killed
    Go(S::kStopping),         // force stop
    kNotLiveNow,              // suspend
@@ -113,6 +115,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {Already(S::kRunning),     // start
    kNotBooting,              // ready
    Go(S::kStopped),          // qemu exited
+   Go(S::kRunning),          // channel closed
    Go(S::kStopping),         // stop: ACPI and the guest agent's poweroff
    Go(S::kStopping),         // force stop
    Go(S::kSuspending),       // suspend
@@ -130,6 +133,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {kPaused,                  // start
    kNotBooting,              // ready: a frozen guest does not get to finish booting
    Go(S::kStopped),          // qemu exited
+   Go(S::kPaused),           // channel closed
    Go(S::kStopping),         // stop: a frozen guest cannot power off: killed
    Go(S::kStopping),         // force stop
    kPaused,                  // suspend
@@ -149,6 +153,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {kBusy,                    // start
    kNotBooting,              // ready
    Go(S::kStopped),          // qemu exited
+   Go(S::kStopping),         // channel closed
    Already(S::kStopping),    // stop: already on its way
    Go(S::kStopping),         // force stop
    kNotLiveNow,              // suspend
@@ -166,6 +171,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {kBusy,                    // start
    kNotBooting,              // ready
    Go(S::kSuspended),        // qemu exited: it quits once the RAM image is saved
+   Go(S::kSuspending),       // channel closed
    Go(S::kStopping),         // stop
    Go(S::kStopping),         // force stop
    Already(S::kSuspending),  // suspend
@@ -183,6 +189,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {Go(S::kBooting),          // start: resumes
    kNotBooting,              // ready
    kNotBooting,              // qemu exited
+   kNotBooting,              // channel closed
    Already(S::kSuspended),   // stop
    Already(S::kSuspended),   // force stop
    Already(S::kSuspended),   // suspend
@@ -206,6 +213,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {kBusy,                    // start
    kNotBooting,              // ready (the new boot's READY comes in kBooting)
    Go(S::kBooting),          // qemu exited: boot again
+   Go(S::kRebooting),        // channel closed
    Go(S::kStopping),         // stop
    Go(S::kStopping),         // force stop
    kNotLiveNow,              // suspend
@@ -223,6 +231,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {Go(S::kBooting),          // start: cleans up after a dead supervisor first
    kNotBooting,              // ready
    kNotBooting,              // qemu exited
+   kNotBooting,              // channel closed
    Go(S::kStopped),          // stop: cleans up (kills a hung supervisor with --force)
    Go(S::kStopped),          // force stop
    kBrokenNotRunning,        // suspend
@@ -246,6 +255,7 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
   {kWillNotStart,            // start
    kNotBooting,              // ready
    kNotBooting,              // qemu exited
+   kNotBooting,              // channel closed
    Already(S::kCompromised), // stop
    Already(S::kCompromised), // force stop
    kNothingToSuspend,        // suspend
@@ -280,11 +290,12 @@ constexpr std::array<ActionText, kActionCount> kActionTexts = {{
     {"start", "start"},
     {"ready", "finish booting"},
     {"qemu-exited", "stop"},
+    {"channel-closed", "close the channel of"},
     {"stop", "stop"},
     {"force-stop", "stop"},
     {"suspend", "suspend"},
     {"reboot", "reboot"},
-    {"compromise", "pause"},
+    {"compromised", "pause"},
     {"exec", "exec"},
     {"attach", "attach"},
     {"status", "show"},
@@ -364,6 +375,13 @@ Result<Rule> Decide(State state, Action action, std::string_view name, std::stri
   const Rule& r = Lookup(state, action);
   if (r.verdict == Verdict::kRefuse) return Refusal(state, action, name, detail);
   return r;
+}
+
+Status Check(State state, Action action, std::string_view name, std::string_view detail) {
+  if (Lookup(state, action).verdict == Verdict::kRefuse) {
+    return Refusal(state, action, name, detail);
+  }
+  return OkStatus();
 }
 
 bool IsLive(State state) {

@@ -41,11 +41,12 @@ enum class Action : uint8_t {
   kStart,       // `start`/`run`: boot or resume
   kReady,       // the guest agent said READY (event)
   kQemuExited,  // QEMU is gone (event)
+  kChannelClosed,  // the channel to the guest agent closed (event; logged, changes nothing)
   kStop,        // `stop`, or SIGTERM/SIGINT/SIGHUP to the supervisor
   kForceStop,   // `stop --force`: kill QEMU now
   kSuspend,     // `stop --suspend`
   kReboot,      // `reboot`
-  kCompromise,  // the proxy caught a placeholder out of scope (event): pause the guest
+  kCompromised,  // the proxy caught a placeholder out of scope (event): pause the guest
   // Requests that change nothing.
   kExec,        // `exec`, `run CMD`, `audit`: a stream to the guest agent
   kAttach,      // `attach`
@@ -64,7 +65,7 @@ enum class Action : uint8_t {
   kCheckpointRemove,  // `checkpoint rm`
   kPrune,             // `checkpoint prune`
 };
-inline constexpr size_t kActionCount = 22;
+inline constexpr size_t kActionCount = 23;
 
 enum class Verdict : uint8_t {
   kGo,         // legal: the workspace moves to `next` (which may be the state it is in)
@@ -101,6 +102,9 @@ Error Refusal(State state, Action action, std::string_view name, std::string_vie
 // Lookup, with a refusal turned into its Error. On success, the cell (verdict and next state).
 Result<Rule> Decide(State state, Action action, std::string_view name,
                     std::string_view detail = "");
+
+// Decide for a precondition: OK unless the table refuses.
+Status Check(State state, Action action, std::string_view name, std::string_view detail = "");
 
 // True if a supervisor process is (or may be) live in this state: its lock is held.
 bool IsLive(State state);

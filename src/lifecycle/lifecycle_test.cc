@@ -14,7 +14,7 @@ State StateAt(size_t i) { return static_cast<State>(i); }
 Action ActionAt(size_t i) { return static_cast<Action>(i); }
 
 bool IsEvent(Action a) {
-  return a == Action::kReady || a == Action::kQemuExited || a == Action::kCompromise;
+  return a == Action::kReady || a == Action::kQemuExited || a == Action::kCompromised || a == Action::kChannelClosed;
 }
 
 char Letter(const Rule& r) {
@@ -107,21 +107,21 @@ TEST(LifecycleTest, EveryPairIsDefinedAndWellFormed) {
 }
 
 // The whole table pinned: G go, A already, W wait for READY, L applies at next start,
-// r refused. Columns: start ready qemu-exited stop force-stop suspend reboot compromise | exec
+// r refused. Columns: start ready qemu-exited channel-closed stop force-stop suspend reboot compromise | exec
 // attach status ssh-confirm | config cred | reset wipe-home wipe rm checkpoint restore
 // checkpoint-rm prune. A changed cell must change this grid (and docs/design.md's table).
 TEST(LifecycleTest, TableIsPinned) {
   const std::string expected =
-      "stopped:GrrAArrrrrGrGGGGGGGGGG\n"
-      "booting:WGGGGrrGWWGGLLrrrrrrrr\n"
-      "running:ArGGGGGGGGGGLLrrrrrrrr\n"
-      "paused:rrGGGrrArrGGLLrrGrrrrr\n"
-      "stopping:rrGAGrrGrrGGLLrrrrrrrr\n"
-      "suspending:rrGGGArGrrGGLLrrrrrrrr\n"
-      "suspended:GrrAAArrrrGrGGGGGGGGGG\n"
-      "rebooting:rrGGGrrGWWGGLLrrrrrrrr\n"
-      "broken:GrrGGrrrrrGrGGGGGGGGGG\n"
-      "compromised:rrrAArrArrGrGGGGGGGGGG\n";
+      "stopped:GrrrAArrrrrGrGGGGGGGGGG\n"
+      "booting:WGGGGGrrGWWGGLLrrrrrrrr\n"
+      "running:ArGGGGGGGGGGGLLrrrrrrrr\n"
+      "paused:rrGGGGrrArrGGLLrrGrrrrr\n"
+      "stopping:rrGGAGrrGrrGGLLrrrrrrrr\n"
+      "suspending:rrGGGGArGrrGGLLrrrrrrrr\n"
+      "suspended:GrrrAAArrrrGrGGGGGGGGGG\n"
+      "rebooting:rrGGGGrrGWWGGLLrrrrrrrr\n"
+      "broken:GrrrGGrrrrrGrGGGGGGGGGG\n"
+      "compromised:rrrrAArrArrGrGGGGGGGGGG\n";
   if (std::getenv("LIFECYCLE_PRINT")) std::cout << Grid();
   EXPECT_EQ(Grid(), expected);
 }
@@ -142,8 +142,8 @@ TEST(LifecycleTest, PausedRefusesExecAndAttachNamingWipe) {
   // The fix is legal from there: wipe (the CLI force-stops the frozen VM first), and stop.
   EXPECT_EQ(Lookup(State::kPaused, Action::kWipe).next, State::kStopped);
   EXPECT_EQ(Lookup(State::kPaused, Action::kStop).verdict, Verdict::kGo);
-  EXPECT_EQ(Lookup(State::kRunning, Action::kCompromise).next, State::kPaused);
-  EXPECT_EQ(Lookup(State::kBooting, Action::kCompromise).next, State::kPaused);
+  EXPECT_EQ(Lookup(State::kRunning, Action::kCompromised).next, State::kPaused);
+  EXPECT_EQ(Lookup(State::kBooting, Action::kCompromised).next, State::kPaused);
 }
 
 // SECURITY: a compromised workspace does not start, and names the wipe.
