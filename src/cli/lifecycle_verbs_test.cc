@@ -205,7 +205,7 @@ TEST_F(LifecycleVerbsTest, NoVerbTouchesAHostFolder) {
 
 // A supervisor stand-in for workspace `name`: holds its pid file's lock and answers `status` with
 // state_for(n) (n = the how-many-th status request) and `open-exec` with a stream whose far end
-// plays the guest: it exits with code 7 at once.
+// plays the guest: it reports exit code 7 at once, and reads until the client closes.
 class FakeSupervisor {
  public:
   FakeSupervisor(const WorkspacePaths& p, std::function<std::string(int)> state_for,
@@ -223,6 +223,7 @@ class FakeSupervisor {
   ~FakeSupervisor() {
     stop_ = true;
     thread_.join();
+    for (std::thread& g : guests_) g.join();
     close(listen_fd_);
     close(pid_fd_);
   }
@@ -252,7 +253,13 @@ class FakeSupervisor {
         ASSERT_EQ(write(sv[1], exit.data(), exit.size()), static_cast<ssize_t>(exit.size()));
         (void)conn.Send({{"ok", true}}, sv[0]);
         close(sv[0]);
-        close(sv[1]);
+        // The guest end stays open until the client is done (it reads what the client sends).
+        guests_.emplace_back([fd = sv[1]] {
+          char buf[4096];
+          while (read(fd, buf, sizeof buf) > 0) {
+          }
+          close(fd);
+        });
       } else {
         (void)conn.Send(vm::ErrorReply(Error(ErrorCode::kInvalidArgument, "fake: " + op)));
       }
@@ -265,6 +272,7 @@ class FakeSupervisor {
   std::atomic<bool> stop_{false};
   std::atomic<int> statuses_{0}, opens_{0};
   std::thread thread_;
+  std::vector<std::thread> guests_;
 };
 
 // SECURITY: a paused (compromise-frozen) VM gets no new session; every refusal names the pause's
