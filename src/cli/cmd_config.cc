@@ -90,7 +90,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
         cli.err() << "\n";
       }
     }
-    // The one derived status, as `ls` shows it (vm/state.h).
+    // The one derived status, as `ls` shows it (supervisor/state.h).
     lifecycle::State state = vm::WorkspaceStatus(store, o->name).state;
     if (o->json) return cli.PrintJson(SettingsJson(*config, state));
     const WorkspaceConfig& c = *config;

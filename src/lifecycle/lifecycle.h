@@ -7,7 +7,7 @@
 // Pure: depends on base only, no I/O. Who derives the current state:
 //   - FromPidFile (below): the pid file alone (the store's cheap tier: a live supervisor reads
 //     as kRunning until asked);
-//   - vm::DeriveStatus (vm/state.h): FromPidFile, refined by the supervisor's status answer;
+//   - vm::DeriveStatus (supervisor/state.h): FromPidFile, refined by the supervisor's status answer;
 //   - the supervisor itself: its own state, changed only by the table's `next`.
 #pragma once
 

@@ -871,7 +871,7 @@ void Supervisor::HandleConnection(int fd) {
       return;
     }
     if (d->verdict != lifecycle::Verdict::kGo || !mux) {
-      // kWaitReady: the CLI waits for READY before it asks (vm/launcher.h); this is the race.
+      // kWaitReady: the CLI waits for READY before it asks (supervisor/launcher.h); this is the race.
       Phase phase;
       {
         std::lock_guard<std::mutex> l(mu_);
