@@ -87,6 +87,7 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
   std::optional<std::chrono::steady_clock::time_point> give_up;
   int give_up_signal = 0;
   auto cancelled = [&](int signo) {
+    if (control) control->set_ended_by_signal(signo);
     // Best effort: what is queued (the forwarded signal) still goes out before we close.
     if (out_off < outbuf.size()) {
       (void)!send(stream_fd, outbuf.data() + out_off, outbuf.size() - out_off,
@@ -262,6 +263,11 @@ Result<int> RunExecInTerminal(int stream_fd, ExecRequest request, bool interacti
   for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &old[i], nullptr);
   g_control.store(nullptr);
   if (raw) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  if (!result.ok() && result.error().code() == ErrorCode::kCancelled && control.ended_by_signal()) {
+    std::string line = "cloister: " + result.error().ToString() + "\n";
+    (void)!write(STDERR_FILENO, line.data(), line.size());
+    return 128 + control.ended_by_signal();
+  }
   if (!result.ok()) return result.error();
   return result->ShellCode();
 }

@@ -33,10 +33,14 @@ class ExecControl {
   // The grace period after a forwarded SIGTERM/SIGHUP (default 5 s). Set before RunExec.
   void set_signal_grace(std::chrono::milliseconds grace) { grace_ = grace; }
   std::chrono::milliseconds signal_grace() const { return grace_; }
+  // After RunExec returned kCancelled: the signal that closed the session (else 0).
+  int ended_by_signal() const { return ended_by_; }
+  void set_ended_by_signal(int signo) { ended_by_ = signo; }
 
  private:
   int fds_[2] = {-1, -1};
   std::chrono::milliseconds grace_{5000};
+  int ended_by_ = 0;
 };
 
 struct ExecIo {
@@ -57,7 +61,8 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
 //   window size from the terminal, SIGWINCH forwarded as RESIZE;
 // - SIGINT, SIGTERM, SIGHUP and SIGQUIT received meanwhile are forwarded to the guest command;
 //   a second one closes the session at once, and after a forwarded SIGTERM/SIGHUP the session
-//   closes by itself if the command has not exited within the grace period (kCancelled).
+//   closes by itself if the command has not exited within the grace period: then the reason is
+//   printed on stderr and the code is 128 + that signal, as for a process the signal killed.
 // Returns the shell-convention exit code (code, or 128 + signal).
 Result<int> RunExecInTerminal(int stream_fd, ExecRequest request, bool interactive);
 

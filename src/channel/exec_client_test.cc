@@ -56,6 +56,7 @@ TEST_F(SilentPeer, ForwardedSigtermEndsTheSessionAfterTheGrace) {
   ASSERT_FALSE(res.ok());
   EXPECT_EQ(res.error().code(), ErrorCode::kCancelled);
   EXPECT_NE(res.error().message().find("signal 15"), std::string::npos);
+  EXPECT_EQ(control.ended_by_signal(), SIGTERM);
   // The signal still went to the guest first.
   std::vector<ExecMsg> sent = Sent();
   EXPECT_NE(std::find(sent.begin(), sent.end(), ExecMsg::kSignal), sent.end());
