@@ -310,7 +310,7 @@ kill $bg; rm -f $R $P
   });
   // (It is open once its sleep runs in the guest.)
   auto open_deadline = Clock::now() + std::chrono::seconds(120);
-  while (Exec("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | "
+  while (Exec("for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | "
                     "grep -q '^sleep 600' && echo up") != "up\n" && Clock::now() < open_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling the guest, bounded
   }
