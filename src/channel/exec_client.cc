@@ -8,9 +8,13 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <optional>
+#include <string>
 
 namespace cloister::channel {
 namespace {
@@ -46,10 +50,16 @@ ExecControl::~ExecControl() {
   if (fds_[1] >= 0) close(fds_[1]);
 }
 
-// Records are 5 bytes: 'R' rows(2) cols(2), or 'S' signo(4, host order).
+// Records are 5 bytes: 'R' rows(2) cols(2), 'S' signo (low byte last) or 'A' signo (abort).
 void ExecControl::Resize(uint16_t rows, uint16_t cols) {
   char rec[5] = {'R', static_cast<char>(rows >> 8), static_cast<char>(rows),
                  static_cast<char>(cols >> 8), static_cast<char>(cols)};
+  ssize_t r = write(fds_[1], rec, sizeof rec);
+  (void)r;
+}
+
+void ExecControl::Abort(int signo) {
+  char rec[5] = {'A', 0, 0, 0, static_cast<char>(signo)};
   ssize_t r = write(fds_[1], rec, sizeof rec);
   (void)r;
 }
@@ -73,6 +83,21 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
   }
   ExecDecoder decoder(/*from_guest=*/true);
   std::string ctl_partial;
+  // Set by a forwarded SIGTERM/SIGHUP: when it passes, the session is closed (ExecControl).
+  std::optional<std::chrono::steady_clock::time_point> give_up;
+  int give_up_signal = 0;
+  auto cancelled = [&](int signo) {
+    if (control) control->set_ended_by_signal(signo);
+    // Best effort: what is queued (the forwarded signal) still goes out before we close.
+    if (out_off < outbuf.size()) {
+      (void)!send(stream_fd, outbuf.data() + out_off, outbuf.size() - out_off,
+                  MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    return Error(ErrorCode::kCancelled,
+                 "interrupted by signal " + std::to_string(signo) +
+                     ": the session was closed before the command exited",
+                 "the command may still run in the guest; `cloister ls` shows the VM's state");
+  };
   char buf[kExecMaxData];
   bool out_broken = false;
   while (true) {
@@ -90,10 +115,17 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
       ctl_idx = n;
       p[n++] = {control->read_fd(), POLLIN, 0};
     }
-    if (poll(p, n, -1) < 0) {
+    int wait_ms = -1;
+    if (give_up) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *give_up - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    if (poll(p, n, wait_ms) < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("poll", errno);
     }
+    if (give_up && std::chrono::steady_clock::now() >= *give_up) return cancelled(give_up_signal);
     if (p[0].revents & POLLOUT) {
       ssize_t w = send(stream_fd, outbuf.data() + out_off, outbuf.size() - out_off, MSG_NOSIGNAL);
       if (w > 0) out_off += static_cast<size_t>(w);
@@ -152,6 +184,12 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
                             outbuf);
         } else if (b[0] == 'S') {
           EncodeExecMessage(ExecMsg::kSignal, EncodeSignal(b[4]), outbuf);
+          if ((b[4] == SIGTERM || b[4] == SIGHUP) && !give_up) {
+            give_up = std::chrono::steady_clock::now() + control->signal_grace();
+            give_up_signal = b[4];
+          }
+        } else if (b[0] == 'A') {
+          return cancelled(b[4]);
         }
         ctl_partial.erase(0, 5);
       }
@@ -171,6 +209,7 @@ Result<ExecExit> RunExec(int stream_fd, const ExecRequest& request, const ExecIo
 namespace {
 
 std::atomic<ExecControl*> g_control{nullptr};
+std::atomic<int> g_interrupts{0};
 
 void ForwardSignal(int signo) {
   int saved = errno;
@@ -179,6 +218,8 @@ void ForwardSignal(int signo) {
     if (signo == SIGWINCH) {
       winsize ws{};
       if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) c->Resize(ws.ws_row, ws.ws_col);
+    } else if (g_interrupts.fetch_add(1) >= 1) {
+      c->Abort(signo);  // the second interrupt: the user wants out now
     } else {
       c->Signal(signo);
     }
@@ -205,6 +246,7 @@ Result<int> RunExecInTerminal(int stream_fd, ExecRequest request, bool interacti
     }
   }
   ExecControl control;
+  g_interrupts.store(0);
   g_control.store(&control);
   const int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH};
   struct sigaction old[5];
@@ -221,6 +263,11 @@ Result<int> RunExecInTerminal(int stream_fd, ExecRequest request, bool interacti
   for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &old[i], nullptr);
   g_control.store(nullptr);
   if (raw) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  if (!result.ok() && result.error().code() == ErrorCode::kCancelled && control.ended_by_signal()) {
+    std::string line = "cloister: " + result.error().ToString() + "\n";
+    (void)!write(STDERR_FILENO, line.data(), line.size());
+    return 128 + control.ended_by_signal();
+  }
   if (!result.ok()) return result.error();
   return result->ShellCode();
 }

@@ -7,13 +7,15 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/lifecycle_check.h"
 #include "cli/store_verbs.h"
+#include "supervisor/launcher.h"
 
 namespace cloister::cli {
 
 namespace {
 
-nlohmann::json SettingsJson(const WorkspaceConfig& c, WorkspaceState state) {
+nlohmann::json SettingsJson(const WorkspaceConfig& c, lifecycle::State state) {
   nlohmann::json vols = nlohmann::json::array();
   for (const Volume& v : c.volumes) {
     vols.push_back({{"host", v.host}, {"guest", v.guest}, {"read_only", v.read_only}});
@@ -25,7 +27,7 @@ nlohmann::json SettingsJson(const WorkspaceConfig& c, WorkspaceState state) {
                         {"cpus", c.cpus},
                         {"home_size", c.home_size},
                         {"volumes", vols},
-                        {"state", WorkspaceStateName(state)}};
+                        {"state", lifecycle::StateName(state)}};
   if (const AgentTool* t = FindAgentTool(c.tool); t && !t->package.empty()) {
     doc["tool_package"] = AgentToolPackageSpec(*t);
   }
@@ -63,7 +65,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
       if (locked.ok()) {
         lock.emplace(std::move(locked).value());
       } else if (locked.error().code() == ErrorCode::kBusy &&
-                 store.State(o->name) == WorkspaceState::kRunning) {
+                 AppliesAtNextStart(store, o->name, lifecycle::Action::kConfigChange)) {
         running = true;  // the supervisor holds the lock; UpdateConfig takes the config lock
       } else {
         return (void)cli.Fail(locked.error());
@@ -88,10 +90,11 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
         cli.err() << "\n";
       }
     }
-    WorkspaceState state = store.State(o->name);
+    // The one derived status, as `ls` shows it (supervisor/state.h).
+    lifecycle::State state = vm::WorkspaceStatus(store, o->name).state;
     if (o->json) return cli.PrintJson(SettingsJson(*config, state));
     const WorkspaceConfig& c = *config;
-    cli.out() << "name:    " << c.name << " (" << WorkspaceStateName(state) << ")\n"
+    cli.out() << "name:    " << c.name << " (" << lifecycle::StateName(state) << ")\n"
               << "tool:    " << c.tool;
     if (const AgentTool* t = FindAgentTool(c.tool); t && !t->package.empty()) {
       cli.out() << " (" << AgentToolPackageSpec(*t) << ")";

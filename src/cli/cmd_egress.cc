@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/lifecycle_check.h"
 #include "cli/store_verbs.h"
 #include "proxy/policy.h"
 
@@ -77,7 +78,7 @@ void AddEgressCommand(CLI::App& app, Cli& cli) {
           return proxy::PutEgressPolicy(c, policy);
         }));
       }
-      bool running = store->State(o->name) == WorkspaceState::kRunning;
+      bool running = AppliesAtNextStart(*store, o->name, lifecycle::Action::kConfigChange);
       if (o->json) {
         nlohmann::json doc = proxy::EgressPolicyToJson(policy);
         nlohmann::json opaque = nlohmann::json::array();

@@ -1,7 +1,10 @@
-// `cloister exec NAME [-i] [-t] [-u USER] [-e K=V]... [-w DIR] -- CMD...`: runs CMD in the
-// workspace's VM through the guest agent; stdin/stdout/stderr stream both ways and the guest's
-// exit code becomes ours (128+signal if it was killed).
+// `cloister exec NAME [-i] [-t] [-u USER] [-e K=V]... [-w DIR] [--wait S] -- CMD...`: runs CMD in
+// the workspace's VM through the guest agent; stdin/stdout/stderr stream both ways and the
+// guest's exit code becomes ours (128+signal if it was killed). A booting workspace is waited for
+// (lifecycle kWaitReady); a paused one refuses, and a session it was in ends naming the wipe.
 #include <unistd.h>
+
+#include <chrono>
 
 #include "channel/exec_client.h"
 #include "cli/cli.h"
@@ -21,6 +24,7 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
     std::vector<std::string> env;
     std::string cwd;
     std::vector<std::string> argv;
+    unsigned wait = 600;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name")->required();
@@ -29,7 +33,13 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("-u,--user", o->user, "Guest user: dev (default) or root");
   cmd->add_option("-e,--env", o->env, "KEY=VALUE added to the command's environment");
   cmd->add_option("-w,--workdir", o->cwd, "Working directory in the guest (default: home)");
+  cmd->add_option("--wait", o->wait,
+                  "Seconds to wait for a booting workspace to be ready (default 600)");
   cmd->add_option("CMD", o->argv, "Command and arguments (after --)");
+  cmd->footer(
+      "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command; a second one closes the "
+      "session at once, and after SIGTERM or SIGHUP it closes by itself if the command has not "
+      "exited within 5 s.");
   cmd->callback([&cli, o] {
     if (cli.after_dashes) o->argv.insert(o->argv.end(), cli.after_dashes->begin(), cli.after_dashes->end());
     if (o->argv.empty()) {
@@ -51,12 +61,19 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
     }
     auto store = Store::Open(cli.StoreRoot());
     if (!store.ok()) return (void)cli.Fail(store.error());
-    auto fd = vm::OpenExecStream(**store, o->name);
+    vm::ReadyWait wait;
+    wait.action = lifecycle::Action::kExec;
+    wait.timeout = std::chrono::seconds(o->wait);
+    if (isatty(STDERR_FILENO)) wait.progress = &cli.err();  // boot stages, on a terminal only
+    auto fd = vm::OpenExecStream(**store, o->name, {}, wait);
     if (!fd.ok()) return (void)cli.Fail(fd.error());
     cli.out() << std::flush;
     auto code = channel::RunExecInTerminal(*fd, req, o->interactive);
     close(*fd);
-    if (!code.ok()) return (void)cli.Fail(code.error());
+    if (!code.ok()) {
+      return (void)cli.Fail(
+          vm::ExplainEndedSession(**store, o->name, lifecycle::Action::kExec, code.error()));
+    }
     cli.exit_code = *code;
   });
 }

@@ -213,6 +213,9 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       req.argv = o->argv;
       req.tty = o->tty || isatty(STDIN_FILENO);
       code = channel::RunExecInTerminal(*fd, req, /*interactive=*/true);
+      if (!code.ok()) {
+        code = vm::ExplainEndedSession(store, o->name, lifecycle::Action::kExec, code.error());
+      }
     }
     close(*fd);
     cleanup();

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "store/store.h"
 #include "supervisor/control.h"
+#include "supervisor/launcher.h"
 #include "supervisor/ssh_confirm.h"
 
 namespace cloister::cli {
@@ -31,11 +32,14 @@ Status Listen(Cli& cli, const std::string& name) {
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));
   ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(name));
   (void)config;
+  // The lifecycle table: listening needs a live supervisor (which checks the same table).
+  vm::VmStatus status = vm::WorkspaceStatus(*store, name);
+  RETURN_IF_ERROR(
+      lifecycle::Check(status.state, lifecycle::Action::kSshConfirm, name, status.detail));
   std::string socket = store->Paths(name).supervisor_socket;
   Result<int> fd = vm::ConnectUnix(socket);
   if (!fd.ok()) {
-    return Error(ErrorCode::kFailedPrecondition, name + " is not running",
-                 "`cloister start " + name + "`, then run this again");
+    return lifecycle::Refusal(lifecycle::State::kStopped, lifecycle::Action::kSshConfirm, name);
   }
   vm::LineConn conn(*fd);
   RETURN_IF_ERROR(conn.Send({{"op", vm::kSshConfirmOp}}));

@@ -10,6 +10,7 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/lifecycle_check.h"
 #include "cli/store_verbs.h"
 #include "sshagent/policy.h"
 
@@ -104,7 +105,7 @@ void AddSshPolicyCommand(CLI::App& app, Cli& cli) {
           return sshagent::PutSshPolicy(c, policy);
         }));
       }
-      bool running = store->State(o->name) == WorkspaceState::kRunning;
+      bool running = AppliesAtNextStart(*store, o->name, lifecycle::Action::kConfigChange);
       if (o->json) {
         nlohmann::json doc = sshagent::SshPolicyToJson(policy);
         doc["workspace"] = o->name;

@@ -1,5 +1,9 @@
+#include <sstream>
+
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "lifecycle/lifecycle.h"
+#include "supervisor/launcher.h"
 
 namespace cloister::cli {
 
@@ -17,7 +21,21 @@ void AddWipeCommand(CLI::App& app, Cli& cli) {
                "Settings and credentials are kept; host folders shared with -v are not "
                "touched.";
       },
-      [](Store& s, const std::string& n) { return s.Wipe(n); },
+      [](Store& s, const std::string& n) -> Status {
+        // The lifecycle table lets a wipe go on a live VM only when it is paused (frozen by the
+        // compromise detector; `cloister wipe` is the fix the refusals name): stop it first, a
+        // kill, since a frozen guest cannot power off. Any other live state: the store refuses.
+        vm::VmStatus st = vm::WorkspaceStatus(s, n);
+        if (lifecycle::IsLive(st.state) &&
+            lifecycle::Lookup(st.state, lifecycle::Action::kWipe).verdict ==
+                lifecycle::Verdict::kGo) {
+          vm::StopOptions so;
+          so.force = true;
+          std::ostringstream quiet;
+          RETURN_IF_ERROR(vm::StopWorkspace(s, n, so, quiet));
+        }
+        return s.Wipe(n);
+      },
       "Wiped '%s': fresh system disk at next start, empty home, new SSH key, compromised flag "
       "cleared.");
 }

@@ -4,6 +4,7 @@
 
 #include "base/agent_tools.h"
 #include "base/strings.h"
+#include "cli/lifecycle_check.h"
 #include "store/layout.h"
 
 namespace cloister::cli {
@@ -20,7 +21,7 @@ Result<VaultAccess> OpenVaultAccess(Cli& cli, const std::string& name, bool muta
   if (lock.ok()) {
     a.workspace_lock.emplace(std::move(lock).value());
   } else if (lock.error().code() == ErrorCode::kBusy &&
-             store->State(name) == WorkspaceState::kRunning) {
+             AppliesAtNextStart(*store, name, lifecycle::Action::kCredChange)) {
     a.running = true;
   } else {
     return lock.error();

@@ -2,6 +2,7 @@
 
 #include <openssl/rand.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -78,15 +79,6 @@ DiskLayer* MutableLayer(WorkspaceConfig& c, const std::string& file) {
 }
 
 }  // namespace
-
-const char* WorkspaceStateName(WorkspaceState state) {
-  switch (state) {
-    case WorkspaceState::kStopped: return "stopped";
-    case WorkspaceState::kRunning: return "running";
-    case WorkspaceState::kBroken: return "broken";
-  }
-  return "unknown";
-}
 
 std::string DefaultStoreRoot() {
   if (const char* h = std::getenv("CLOISTER_HOME"); h && *h) return h;
@@ -250,21 +242,17 @@ Result<WorkspaceLock> Store::LockWorkspace(const std::string& name) {
   return WorkspaceLock(name, std::move(lock).value());
 }
 
-WorkspaceState Store::State(const std::string& name) {
+lifecycle::State Store::State(const std::string& name) {
   // The supervisor holds an OFD lock on its pid file for its whole life (base/pid_file.h, the same
-  // derivation as vm/state.h): a pid recycled by an unrelated process never reads as running.
-  PidFileState pid_file = ReadPidFile(Paths(name).supervisor_pid);
-  if (!pid_file.exists) return WorkspaceState::kStopped;
-  return pid_file.held ? WorkspaceState::kRunning : WorkspaceState::kBroken;
+  // tier vm::DeriveStatus starts from): a pid recycled by an unrelated process never reads as live.
+  WorkspacePaths p = Paths(name);
+  struct stat st;
+  bool suspended = ::stat(p.suspend_state.c_str(), &st) == 0;
+  return lifecycle::FromPidFile(ReadPidFile(p.supervisor_pid), suspended);
 }
 
-Status Store::RequireStopped(const std::string& name, const char* verb) {
-  if (State(name) == WorkspaceState::kRunning) {
-    return Error(ErrorCode::kFailedPrecondition,
-                 std::string("cannot ") + verb + " workspace '" + name + "' while it is running",
-                 "stop it first: `cloister stop " + name + "`");
-  }
-  return OkStatus();
+Status Store::RequireStopped(const std::string& name, lifecycle::Action action) {
+  return lifecycle::Check(State(name), action, name);
 }
 
 Status Store::CheckNotCompromised(const WorkspaceConfig& config) {
@@ -652,7 +640,7 @@ Result<WorkspaceInfo> Store::Describe(const std::string& name) {
 
 Status Store::Reset(const std::string& name) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "reset"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kReset));
   RETURN_IF_ERROR(CollectGarbage(name));
   RETURN_IF_ERROR(env_->RemoveFile(Paths(name).suspend_state));  // RAM image of the old disks
   std::string old;
@@ -669,7 +657,7 @@ Status Store::Reset(const std::string& name) {
 
 Status Store::WipeHome(const std::string& name) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "wipe the home of"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kWipeHome));
   RETURN_IF_ERROR(CollectGarbage(name));
   ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
   WorkspacePaths p = Paths(name);
@@ -700,7 +688,7 @@ Status Store::WipeHome(const std::string& name) {
 
 Status Store::Wipe(const std::string& name) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "wipe"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kWipe));
   RETURN_IF_ERROR(CollectGarbage(name));
   ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
   WorkspacePaths p = Paths(name);
@@ -758,7 +746,7 @@ Status Store::Remove(const std::string& name) {
     if (lock.error().code() == ErrorCode::kBusy) return LockWorkspace(name).error();
     return lock.error();
   }
-  RETURN_IF_ERROR(RequireStopped(name, "delete"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kRemove));
   RETURN_IF_ERROR(EnsureInitialized());
   Result<WorkspaceConfig> c = ReadConfigAt(p.dir);
   // A workspace with a damaged config can still be deleted; its MAC is then released by the
@@ -988,7 +976,7 @@ Status Store::AbortCheckpoint(const WorkspaceLock& lock, const PreparedCheckpoin
 Result<CheckpointRecord> Store::CreateCheckpoint(const std::string& name,
                                                  CheckpointOptions options) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "checkpoint (offline)"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kCheckpoint));
   RETURN_IF_ERROR(CollectGarbage(name));
   ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
   if (c.home_top.empty()) {
@@ -1001,7 +989,7 @@ Result<CheckpointRecord> Store::CreateCheckpoint(const std::string& name,
 
 Status Store::RestoreCheckpoint(const std::string& name, const std::string& id) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "restore a checkpoint of"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kRestore));
   RETURN_IF_ERROR(CollectGarbage(name));
   ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
   const CheckpointRecord* rec = c.FindCheckpoint(id);
@@ -1088,7 +1076,7 @@ Status Store::RemoveCheckpointLocked(const std::string& name, const std::string&
 
 Status Store::RemoveCheckpoint(const std::string& name, const std::string& id) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "remove a checkpoint of"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kCheckpointRemove));
   RETURN_IF_ERROR(CollectGarbage(name));
   return RemoveCheckpointLocked(name, id, /*may_rewrite_live_tops=*/true);
 }
@@ -1123,7 +1111,7 @@ Result<std::vector<std::string>> Store::ApplyRetentionLocked(const std::string& 
 
 Result<std::vector<std::string>> Store::ApplyRetention(const std::string& name) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, "prune checkpoints of"));
+  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kPrune));
   RETURN_IF_ERROR(CollectGarbage(name));
   return ApplyRetentionLocked(name, /*may_rewrite_live_tops=*/true);
 }

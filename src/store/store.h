@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "lifecycle/lifecycle.h"
 #include "store/config.h"
 #include "store/disks.h"
 #include "store/env.h"
@@ -84,10 +85,9 @@ struct WorkspacePaths {
   std::string trace_log;
 };
 
-// Derived, never stored (lima's rule): running = run/supervisor.pid names a live process;
-// broken = the pid file names a dead one; stopped = no pid file.
-enum class WorkspaceState { kStopped, kRunning, kBroken };
-const char* WorkspaceStateName(WorkspaceState state);
+// A workspace's state is lifecycle::State (lifecycle/lifecycle.h), derived, never stored (lima's
+// rule). The store derives only its pid-file tier (Store::State): kStopped, kSuspended, kBroken
+// (a pid file nobody holds), or kRunning for any live supervisor.
 
 struct LiveDisk {
   std::string path;  // absolute
@@ -115,7 +115,7 @@ struct CheckpointInfo {
 struct WorkspaceInfo {
   WorkspaceConfig config;
   WorkspacePaths paths;
-  WorkspaceState state = WorkspaceState::kStopped;
+  lifecycle::State state = lifecycle::State::kStopped;
   std::vector<LayerUsage> layers;
   std::vector<CheckpointInfo> checkpoints;
   uint64_t total_apparent = 0;   // every file of the workspace directory
@@ -127,7 +127,7 @@ struct WorkspaceSummary {
   std::string name;
   std::optional<WorkspaceConfig> config;
   std::string problem;
-  WorkspaceState state = WorkspaceState::kStopped;
+  lifecycle::State state = lifecycle::State::kStopped;
   uint64_t total_allocated = 0;
 };
 
@@ -237,7 +237,9 @@ class Store {
                                                  const std::function<Status()>& fn);
   // kCompromised (hint: `cloister wipe NAME`) if the workspace is flagged.
   static Status CheckNotCompromised(const WorkspaceConfig& config);
-  WorkspaceState State(const std::string& name);
+  // The pid-file tier of the lifecycle state (lifecycle::FromPidFile); vm::DeriveStatus refines a
+  // live one with the supervisor's answer.
+  lifecycle::State State(const std::string& name);
 
   // Called by `start` with the workspace lock held, before QEMU runs: refuses a compromised
   // workspace, checks the base image is unchanged, cleans leftovers, merges layers of removed
@@ -283,7 +285,8 @@ class Store {
   // UpdateConfig for disk/layer changes (the workspace lock is held by the caller).
   Status CommitDisks(const std::string& name,
                      const std::function<Status(WorkspaceConfig&)>& mutate);
-  Status RequireStopped(const std::string& name, const char* verb);
+  // The lifecycle table's precondition for a disk verb (refused while a supervisor is live).
+  Status RequireStopped(const std::string& name, lifecycle::Action action);
   Status CollectGarbage(const std::string& name);
   Status CollectStoreGarbage();  // store lock held
   Status FinishTrashEntry(const std::string& entry);  // store lock held

@@ -226,7 +226,7 @@ TEST_F(StoreTest, RunningWorkspaceRefusesDisposal) {
   // A live supervisor holds the pid file's lock (base/pid_file.h).
   auto held = ClaimPidFile(p.supervisor_pid);
   ASSERT_TRUE(held.ok()) << held.error().ToString();
-  EXPECT_EQ(store_->State("dev"), WorkspaceState::kRunning);
+  EXPECT_EQ(store_->State("dev"), lifecycle::State::kRunning);
   Status s = store_->Reset("dev");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition);
@@ -234,11 +234,11 @@ TEST_F(StoreTest, RunningWorkspaceRefusesDisposal) {
   close(*held);
   // The supervisor died: its pid (still alive here, as a recycled pid would be) does not count.
   ASSERT_EQ(*Env::Default()->ReadFile(p.supervisor_pid), std::to_string(getpid()) + "\n");
-  EXPECT_EQ(store_->State("dev"), WorkspaceState::kBroken);
+  EXPECT_EQ(store_->State("dev"), lifecycle::State::kBroken);
   EXPECT_TRUE(store_->Reset("dev").ok());
   // A pid file naming a live process that never held the lock: not running either.
   ASSERT_TRUE(Env::Default()->WriteFile(p.supervisor_pid, "1\n").ok());
-  EXPECT_EQ(store_->State("dev"), WorkspaceState::kBroken);
+  EXPECT_EQ(store_->State("dev"), lifecycle::State::kBroken);
   EXPECT_TRUE(store_->WipeHome("dev").ok());
 }
 
@@ -380,7 +380,7 @@ TEST_F(StoreTest, ListAndDescribeReportSizesAndState) {
   EXPECT_GT((*list)[0].total_allocated, 0u);
   Result<WorkspaceInfo> info = store_->Describe("a");
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state, WorkspaceState::kStopped);
+  EXPECT_EQ(info->state, lifecycle::State::kStopped);
   ASSERT_EQ(info->layers.size(), 2u);
   for (const LayerUsage& u : info->layers) {
     EXPECT_EQ(u.role, "live");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/strings.h"
+#include "lifecycle/lifecycle.h"
 #include "supervisor/control.h"
 #include "supervisor/environment.h"
 #include "vm/process.h"
@@ -65,33 +66,36 @@ bool WaitSupervisorGone(const RunPaths& p, Clock::time_point deadline) {
 Status StartWorkspace(Store& store, const std::string& name, const StartOptions& options,
                       std::ostream& progress) {
   ASSIGN_OR_RETURN(WorkspaceConfig config, store.LoadConfig(name));
-  RETURN_IF_ERROR(Store::CheckNotCompromised(config));
   RunPaths paths = RunPathsFor(store, name);
   VmStatus status = DeriveStatus(paths);
-  switch (status.state) {
-    case VmState::kRunning:
-      progress << "cloister: " << name << " is already running\n";
+  // The lifecycle table decides (a compromised flag refuses the boot, naming the wipe).
+  lifecycle::State state = lifecycle::WithCompromisedFlag(status.state, config.compromised);
+  ASSIGN_OR_RETURN(lifecycle::Rule rule,
+                   lifecycle::Decide(state, lifecycle::Action::kStart, name,
+                                     state == lifecycle::State::kCompromised
+                                         ? config.compromised_reason
+                                         : status.detail));
+  if (rule.verdict == lifecycle::Verdict::kAlready) {
+    progress << "cloister: " << name << " is already " << VmStateName(state) << "\n";
+    return OkStatus();
+  }
+  if (rule.verdict == lifecycle::Verdict::kWaitReady) {
+    if (options.detach) {
+      progress << "cloister: " << name << " is already " << VmStateName(state) << "\n";
       return OkStatus();
-    case VmState::kBooting:
-      if (options.detach) {
-        progress << "cloister: " << name << " is already booting\n";
-        return OkStatus();
-      }
-      [[fallthrough]];
-    case VmState::kStopping:
-    case VmState::kSuspending:
-      return Error(ErrorCode::kBusy, name + " is " + VmStateName(status.state),
-                   "wait for it, or `cloister stop " + name + " --force`");
-    case VmState::kBroken:
-      if (LivePid(paths.supervisor_pid) != 0) {
-        return Error(ErrorCode::kBusy, name + " is broken: " + status.detail, status.hint);
-      }
-      progress << "cloister: cleaning up after a dead supervisor (" << status.detail << ")\n";
-      CleanStaleRun(paths);
-      break;
-    case VmState::kSuspended:
-    case VmState::kStopped:
-      break;
+    }
+    ReadyWait wait;
+    wait.action = lifecycle::Action::kStart;
+    wait.timeout = options.ready_timeout;
+    wait.progress = &progress;
+    return WaitUntilRunning(store, name, wait);
+  }
+  if (state == VmState::kBroken) {
+    if (LivePid(paths.supervisor_pid) != 0) {
+      return Error(ErrorCode::kBusy, name + " is broken: " + status.detail, status.hint);
+    }
+    progress << "cloister: cleaning up after a dead supervisor (" << status.detail << ")\n";
+    CleanStaleRun(paths);
   }
   ASSIGN_OR_RETURN(AccelChoice accel, ChooseAccel(options.accel));
   if (!accel.notice.empty()) progress << "cloister: " << accel.notice << "\n";
@@ -150,6 +154,13 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
   }
   close(pipefd[0]);
   if (StartsWith(final_line, "ready")) return OkStatus();
+  if (StartsWith(final_line, "paused ")) {
+    // The compromise detector froze the VM during its boot: the supervisor stays (kPaused).
+    std::string rest = final_line.substr(7);
+    size_t tab = rest.find('\t');
+    return Error(ErrorCode::kCompromised, "start " + name + ": " + rest.substr(0, tab),
+                 tab == std::string::npos ? "" : rest.substr(tab + 1));
+  }
   // A failed boot: the supervisor is cleaning up (QEMU killed, run/ emptied); wait for it so the
   // workspace is stopped when we return and can be started again at once.
   (void)WaitSupervisorGone(paths, Clock::now() + std::chrono::seconds(30));
@@ -167,10 +178,12 @@ Status StopWorkspace(Store& store, const std::string& name, const StopOptions& o
                      std::ostream& progress) {
   RunPaths paths = RunPathsFor(store, name);
   VmStatus status = DeriveStatus(paths, std::chrono::seconds(3));
-  if (status.state == VmState::kStopped || status.state == VmState::kSuspended) {
-    if (options.suspend && status.state == VmState::kStopped) {
-      return Error(ErrorCode::kFailedPrecondition, name + " is not running; nothing to suspend");
-    }
+  lifecycle::Action action = options.suspend ? lifecycle::Action::kSuspend
+                             : options.force ? lifecycle::Action::kForceStop
+                                             : lifecycle::Action::kStop;
+  ASSIGN_OR_RETURN(lifecycle::Rule rule,
+                   lifecycle::Decide(status.state, action, name, status.detail));
+  if (rule.verdict == lifecycle::Verdict::kAlready && !lifecycle::IsLive(status.state)) {
     progress << "cloister: " << name << " is already " << VmStateName(status.state) << "\n";
     return OkStatus();
   }
@@ -212,30 +225,97 @@ Status StopWorkspace(Store& store, const std::string& name, const StopOptions& o
 Status RebootWorkspace(Store& store, const std::string& name, std::ostream& progress) {
   RunPaths paths = RunPathsFor(store, name);
   VmStatus status = DeriveStatus(paths);
-  if (status.state != VmState::kRunning) {
-    return Error(ErrorCode::kFailedPrecondition,
-                 name + " is " + VmStateName(status.state) + ", not running",
-                 "`cloister start " + name + "`");
-  }
+  RETURN_IF_ERROR(lifecycle::Check(status.state, lifecycle::Action::kReboot, name, status.detail));
   progress << "cloister: rebooting " << name << "\n";
   auto reply = ControlRequest(paths.supervisor_socket, {{"op", "reboot"}}, std::chrono::minutes(15));
   if (!reply.ok()) return reply.error();
   return OkStatus();
 }
 
-Result<int> OpenExecStream(Store& store, const std::string& name,
-                           const std::vector<std::string>& args) {
+namespace {
+
+// WaitUntilRunning against a deadline fixed by the caller (wait.timeout is what errors name).
+Status WaitUntilRunningBy(Store& store, const std::string& name, const ReadyWait& wait,
+                          Clock::time_point deadline) {
   RunPaths paths = RunPathsFor(store, name);
-  if (LivePid(paths.supervisor_pid) == 0) {
-    return Error(ErrorCode::kFailedPrecondition, name + " is not running",
-                 "`cloister start " + name + "`");
+  std::string shown;
+  while (true) {
+    VmStatus status = DeriveStatus(paths, std::chrono::seconds(3));
+    ASSIGN_OR_RETURN(lifecycle::Rule rule,
+                     lifecycle::Decide(status.state, wait.action, name, status.detail));
+    if (rule.verdict != lifecycle::Verdict::kWaitReady) {
+      if (wait.progress && !shown.empty()) *wait.progress << "cloister: ready\n" << std::flush;
+      return OkStatus();
+    }
+    std::string line = std::string(VmStateName(status.state)) +
+                       (status.detail.empty() ? "" : ": " + status.detail);
+    if (wait.progress && line != shown) {
+      if (shown.empty()) {
+        *wait.progress << "cloister: waiting for " << name << " to be ready ("
+                       << wait.timeout.count() << " s at most)\n";
+      }
+      *wait.progress << "cloister: " << line << "\n" << std::flush;
+      shown = line;
+    }
+    if (Clock::now() >= deadline) {
+      return Error(ErrorCode::kUnavailable,
+                   name + " is still " + line + " after " + std::to_string(wait.timeout.count()) +
+                       " s",
+                   "wait longer (--wait SECONDS), or see its boot log " + paths.console_log +
+                       " (`cloister stop " + name + " --force` gives up)");
+    }
+    // The guest is booting; poll the supervisor's answer with a bounded deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  int fd = -1;
-  auto reply = ControlRequest(paths.supervisor_socket, {{"op", "open-exec"}, {"args", args}},
-                              std::chrono::seconds(40), &fd);
-  if (!reply.ok()) return reply.error();
-  if (fd < 0) return Error(ErrorCode::kInternal, "the supervisor sent no stream");
-  return fd;
+}
+
+}  // namespace
+
+Status WaitUntilRunning(Store& store, const std::string& name, const ReadyWait& wait) {
+  return WaitUntilRunningBy(store, name, wait, Clock::now() + wait.timeout);
+}
+
+Result<int> OpenExecStream(Store& store, const std::string& name,
+                           const std::vector<std::string>& args, const ReadyWait& wait) {
+  RunPaths paths = RunPathsFor(store, name);
+  auto deadline = Clock::now() + wait.timeout;
+  while (true) {
+    // The lifecycle table decides: go when running, wait for READY when booting (bounded),
+    // else its refusal (not running, paused by the compromise detector, ...).
+    RETURN_IF_ERROR(WaitUntilRunningBy(store, name, wait, deadline));
+    int fd = -1;
+    auto reply = ControlRequest(
+        paths.supervisor_socket,
+        {{"op", "open-exec"},
+         {"action", wait.action == lifecycle::Action::kAttach ? "attach" : "exec"},
+         {"args", args}},
+        std::chrono::seconds(40), &fd);
+    if (!reply.ok()) {
+      // The supervisor's table answered: kBusy "not ready yet" (a reboot began meanwhile) is
+      // worth another wait; anything else is the answer.
+      if (reply.error().code() == ErrorCode::kBusy && Clock::now() < deadline) {
+        // Between our look and its answer the VM left running: poll again (bounded).
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        continue;
+      }
+      if (LivePid(paths.supervisor_pid) == 0) {
+        return lifecycle::Refusal(VmState::kStopped, wait.action, name);  // it exited meanwhile
+      }
+      return reply.error();
+    }
+    if (fd < 0) return Error(ErrorCode::kInternal, "the supervisor sent no stream");
+    return fd;
+  }
+}
+
+Error ExplainEndedSession(Store& store, const std::string& name, lifecycle::Action action,
+                          const Error& error) {
+  if (error.code() != ErrorCode::kUnavailable) return error;
+  VmStatus status = DeriveStatus(RunPathsFor(store, name), std::chrono::seconds(3));
+  if (status.state != VmState::kPaused) return error;
+  Error why = lifecycle::Refusal(status.state, action, name, status.detail);
+  return Error(why.code(), std::string(lifecycle::ActionName(action)) + " ended: " + why.message(),
+               why.hint());
 }
 
 }  // namespace cloister::vm

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "lifecycle/lifecycle.h"
 #include "store/store.h"
 #include "vm/accel.h"
 #include "supervisor/state.h"
@@ -45,9 +46,29 @@ Status RebootWorkspace(Store& store, const std::string& name, std::ostream& prog
 
 VmStatus WorkspaceStatus(Store& store, const std::string& name);
 
-// A connected stream to the guest agent's exec service (the caller owns the fd).
+// How long and for what exec/attach/start wait while the VM is booting (lifecycle kWaitReady).
+struct ReadyWait {
+  lifecycle::Action action = lifecycle::Action::kExec;  // kExec, kAttach or kStart
+  std::chrono::seconds timeout{600};
+  std::ostream* progress = nullptr;  // the boot stages as they change (a terminal), or nothing
+};
+
+// Waits (bounded) until the lifecycle table stops saying "wait for READY" for `wait.action`:
+// OK once it may go, the table's refusal otherwise (paused, stopped, ...), kUnavailable with
+// the boot log on timeout.
+Status WaitUntilRunning(Store& store, const std::string& name, const ReadyWait& wait);
+
+// A connected stream to the guest agent's exec service (the caller owns the fd). Goes through
+// the lifecycle table: a booting workspace is waited for (WaitUntilRunning), a refusal is its
+// error (a paused one names `cloister wipe NAME`).
 Result<int> OpenExecStream(Store& store, const std::string& name,
-                           const std::vector<std::string>& args = {});
+                           const std::vector<std::string>& args = {},
+                           const ReadyWait& wait = {});
+
+// An exec/attach session whose stream ended early: if the VM was paused meanwhile (the
+// compromise detector), the error says so and names the fix; otherwise `error` unchanged.
+Error ExplainEndedSession(Store& store, const std::string& name, lifecycle::Action action,
+                          const Error& error);
 
 // The `cloister` executable to run as supervisor: $CLOISTER_EXE, /proc/self/exe if it is named
 // cloister, else $CLOISTER_BINARY_DIR/src/cli/cloister (tests drive the CLI in-process).

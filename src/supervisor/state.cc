@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <string>
 
 #include "base/pid_file.h"
@@ -12,19 +13,6 @@
 #include "supervisor/control.h"
 
 namespace cloister::vm {
-
-const char* VmStateName(VmState state) {
-  switch (state) {
-    case VmState::kStopped: return "stopped";
-    case VmState::kBooting: return "booting";
-    case VmState::kRunning: return "running";
-    case VmState::kStopping: return "stopping";
-    case VmState::kSuspending: return "suspending";
-    case VmState::kSuspended: return "suspended";
-    case VmState::kBroken: return "broken";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -51,14 +39,13 @@ Result<int> ClaimPidFile(const std::string& path) {
 VmStatus DeriveStatus(const RunPaths& paths, std::chrono::milliseconds answer_timeout) {
   VmStatus status;
   PidFileState pid_file = ReadPidFile(paths.supervisor_pid);
-  if (!pid_file.exists) {
-    status.state = Exists(paths.suspend_state) ? VmState::kSuspended : VmState::kStopped;
+  status.state = lifecycle::FromPidFile(pid_file, Exists(paths.suspend_state));
+  status.supervisor_pid = pid_file.pid;
+  if (status.state == VmState::kStopped || status.state == VmState::kSuspended) {
+    status.supervisor_pid = 0;
     return status;
   }
-  bool held = pid_file.held;
-  status.supervisor_pid = pid_file.pid;
-  if (!held) {
-    status.state = VmState::kBroken;
+  if (status.state == VmState::kBroken) {
     status.detail = "its supervisor (pid " + std::to_string(status.supervisor_pid) +
                     ") is gone; the VM is not running";
     status.hint = "`cloister stop " + paths.name + " --force` cleans up, or `cloister start " +
@@ -74,19 +61,22 @@ VmStatus DeriveStatus(const RunPaths& paths, std::chrono::milliseconds answer_ti
     return status;
   }
   status.info = *reply;
-  std::string state = JsonString(*reply, "state");
   status.detail = JsonString(*reply, "stage");
-  if (state == "booting") status.state = VmState::kBooting;
-  else if (state == "running") status.state = VmState::kRunning;
-  else if (state == "stopping" || state == "rebooting" || state == "stopped") {
-    status.state = VmState::kStopping;  // "stopped": QEMU is gone, the supervisor is exiting
-  }
-  else if (state == "suspending") status.state = VmState::kSuspending;
-  else {
+  // SECURITY: the answer comes from our own supervisor, but is still parsed by name against the
+  // closed set (lifecycle::StateFromName): anything else is broken, never a guess.
+  std::optional<VmState> answered = lifecycle::StateFromName(JsonString(*reply, "state"));
+  if (!answered || *answered == VmState::kBroken || *answered == VmState::kCompromised) {
     status.state = VmState::kBroken;
     status.detail = "supervisor reports an unknown state";
     status.hint = "`cloister stop " + paths.name + " --force`";
+    return status;
   }
+  status.state = *answered;
+  // "stopped"/"suspended" from a live supervisor: QEMU is gone and it is exiting.
+  if (status.state == VmState::kStopped || status.state == VmState::kSuspended) {
+    status.state = VmState::kStopping;
+  }
+  if (status.state == VmState::kPaused) status.hint = "`cloister wipe " + paths.name + "`";
   return status;
 }
 

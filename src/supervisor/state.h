@@ -3,7 +3,10 @@
 //
 //   no run/supervisor.pid                  -> stopped (or suspended if suspend.state exists)
 //   pid file, its lock not held            -> broken: the supervisor died (hint: stop --force)
-//   lock held, socket answers              -> what the supervisor says (booting, running, ...)
+//   (these two are lifecycle::FromPidFile, the tier the store shares)
+//   lock held, socket answers              -> what the supervisor says (booting, running,
+//                                             paused, ...; "stopped"/"suspended" from a live
+//                                             supervisor means it is exiting: stopping)
 //   lock held, socket does not answer      -> broken: hung supervisor (hint: stop --force)
 //
 // The supervisor holds an OFD write lock on its pid file for its whole life, so a pid reused by
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "lifecycle/lifecycle.h"
 
 namespace cloister::vm {
 
@@ -36,14 +40,15 @@ struct RunPaths {
   std::string suspend_state;
 };
 
-enum class VmState { kStopped, kBooting, kRunning, kStopping, kSuspending, kSuspended, kBroken };
-const char* VmStateName(VmState state);
+// The one lifecycle state (lifecycle/lifecycle.h); the vm names stay for the VM module's callers.
+using VmState = lifecycle::State;
+inline const char* VmStateName(VmState state) { return lifecycle::StateName(state); }
 
 struct VmStatus {
   VmState state = VmState::kStopped;
   pid_t supervisor_pid = 0;
-  std::string detail;  // e.g. the boot stage, or why it is broken
-  std::string hint;    // for broken
+  std::string detail;  // e.g. the boot stage, why it is broken, or what paused it
+  std::string hint;    // for broken and paused
   nlohmann::json info = nlohmann::json::object();  // the supervisor's status reply
 };
 

