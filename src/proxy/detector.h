@@ -35,6 +35,10 @@ class PlaceholderSet {
   // One-shot scan of a complete value (request target, a header value). Unique hits.
   std::vector<Hit> Scan(std::string_view text) const;
   bool empty() const { return patterns_.empty(); }
+  // The longest span of stream bytes a placeholder can take in a form this set finds (every
+  // byte of its longest pattern percent-encoded): a streaming writer that keeps this many bytes
+  // back never lets part of a placeholder out before the scanner saw all of it.
+  size_t MaxWireLength() const { return 3 * max_len_; }
 
  private:
   friend class StreamScanner;

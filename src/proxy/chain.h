@@ -1,0 +1,56 @@
+// The proxy's filter chain: every proxied request (proxy mode and transparent mode, plain HTTP and
+// TLS-intercepted) passes through the same ordered list of filters. The order is in ONE place,
+// DefaultChain() in chain.cc, and docs/design.md shows it.
+//
+// Hooks, each returning Status (an error stops the request: see Exchange::Refuse / Exchange::Trip):
+//   OnRequestHead   in list order, once the head is read (nothing has gone upstream)
+//   OnRequestBody   in list order, for each piece of the (de-chunked) request body; the piece may
+//                   be rewritten in place. With Exchange::body_whole the whole body comes in one
+//                   call (end == true); otherwise the body streams (first the held bytes, then
+//                   each piece, end == true on the last).
+//   OnResponseHead  in REVERSE list order (the filter nearest upstream sees the response first)
+//   OnResponseBody  in reverse list order, per piece (the whole body at once with
+//                   Exchange::hold_response)
+// The async I/O (sockets, Beast parsers, hold-back, upstream connections) is the driver's
+// (http_driver.cc); filters never do I/O, so each is testable with a Beast head and a string.
+// Adding a filter: one new file (a class below implementing Filter) and one line in DefaultChain.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proxy/exchange.h"
+
+namespace cloister::proxy {
+
+class Filter {
+ public:
+  virtual ~Filter() = default;
+  virtual const char* name() const = 0;
+  virtual Status OnRequestHead(Exchange&) { return OkStatus(); }
+  virtual Status OnRequestBody(Exchange&, std::string& /*data*/, bool /*end*/) { return OkStatus(); }
+  virtual Status OnResponseHead(Exchange&, ResponseHeader&) { return OkStatus(); }
+  virtual Status OnResponseBody(Exchange&, ResponseHeader&, std::string& /*data*/, bool /*end*/) {
+    return OkStatus();
+  }
+};
+
+class Chain {
+ public:
+  explicit Chain(std::vector<std::unique_ptr<Filter>> filters) : filters_(std::move(filters)) {}
+  Status OnRequestHead(Exchange& ex) const;
+  Status OnRequestBody(Exchange& ex, std::string& data, bool end) const;
+  Status OnResponseHead(Exchange& ex, ResponseHeader& res) const;
+  Status OnResponseBody(Exchange& ex, ResponseHeader& res, std::string& data, bool end) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::vector<std::unique_ptr<Filter>> filters_;
+};
+
+// The proxy's chain, in order. Filters are stateless across requests (per-request state lives in
+// the Exchange), so one chain serves every connection and thread.
+Chain DefaultChain();
+
+}  // namespace cloister::proxy

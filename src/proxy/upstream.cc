@@ -1,0 +1,83 @@
+// Upstream connections: resolve (or the tests' overrides), refuse forbidden addresses, connect,
+// and for TLS verify the upstream against the trust store.
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "proxy/proxy_impl.h"
+#include "proxy/upstream_address.h"
+
+namespace cloister::proxy {
+
+awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
+  auto ex = co_await asio::this_coro::executor;
+  TcpSocket sock(ex);
+  std::string key = a.HostPort();
+  auto it = config_.resolve.find(key);
+  asio::ip::tcp::resolver::results_type endpoints;
+  if (it != config_.resolve.end()) {
+    auto mapped = ParseAuthority(it->second, 0);
+    error_code ec;
+    auto addr = mapped.ok() ? asio::ip::make_address(mapped->host, ec) : asio::ip::address();
+    if (!mapped.ok() || ec) {
+      co_return Error(ErrorCode::kInvalidArgument, "bad resolve override for " + key);
+    }
+    auto [cec] = co_await sock.async_connect({addr, mapped->port}, kTok);
+    if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
+  } else {
+    if (config_.resolve_only) {
+      co_return Error(ErrorCode::kUnavailable, key + " is not in the resolve overrides");
+    }
+    asio::ip::tcp::resolver resolver(ex);
+    auto [rec, results] = co_await resolver.async_resolve(a.host, std::to_string(a.port), kTok);
+    if (rec) co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec.message());
+    // SECURITY: a guest-chosen name must not lead to the host's own services or link-local
+    // metadata endpoints.
+    std::vector<asio::ip::tcp::endpoint> allowed;
+    for (const auto& entry : results) {
+      if (!ForbiddenUpstream(entry.endpoint().address())) allowed.push_back(entry.endpoint());
+    }
+    if (allowed.empty()) {
+      co_return Error(ErrorCode::kPermissionDenied,
+                      a.host + " resolves to a loopback, link-local or unspecified address");
+    }
+    auto [cec, ep] = co_await asio::async_connect(sock, allowed, kTok);
+    if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
+  }
+  error_code ec;
+  sock.set_option(asio::ip::tcp::no_delay(true), ec);
+  co_return std::move(sock);
+}
+
+awaitable<Result<std::unique_ptr<TcpSocket>>> Proxy::Impl::OpenUpstream(const Authority& a,
+                                                                        TcpSocket*) {
+  auto sock = co_await ConnectTcp(a);
+  if (!sock.ok()) co_return sock.error();
+  co_return std::make_unique<TcpSocket>(std::move(sock).value());
+}
+
+awaitable<Result<std::unique_ptr<TlsStream>>> Proxy::Impl::OpenUpstream(const Authority& a,
+                                                                        TlsStream*) {
+  auto sock = co_await ConnectTcp(a);
+  if (!sock.ok()) co_return sock.error();
+  auto tls = std::make_unique<TlsStream>(std::move(sock).value(), client_ctx_);
+  SSL* s = tls->native_handle();
+  bool ip = a.host.find_first_not_of("0123456789.") == std::string::npos ||
+            a.host.find(':') != std::string::npos;
+  if (ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), a.host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(s, a.host.c_str());
+    SSL_set1_host(s, a.host.c_str());
+  }
+  auto [ec] = co_await tls->async_handshake(ssl::stream_base::client, kTok);
+  if (ec) {
+    long vr = SSL_get_verify_result(s);
+    std::string why = vr != X509_V_OK ? std::string("certificate verification failed: ") +
+                                            X509_verify_cert_error_string(vr)
+                                      : ec.message();
+    co_return Error(ErrorCode::kUnavailable, "TLS to " + a.HostPort() + ": " + why);
+  }
+  co_return tls;
+}
+
+}  // namespace cloister::proxy
