@@ -152,6 +152,7 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
       std::string name, kind, header, from_env, region;
       std::vector<std::string> hosts;
       bool body = false;
+      bool allow_llm_body = false;
     };
     auto o = std::make_shared<Opts>();
     auto* add = cred->add_subcommand(
@@ -170,10 +171,26 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
                     "AWS_SESSION_TOKEN and AWS_REGION)");
     add->add_option("--region", o->region, "Kind 'aws': the default region the guest gets");
     add->add_flag("--body", o->body,
-                  "Also substitute the placeholder inside request bodies (e.g. OAuth refresh)");
+                  "Also substitute the placeholder inside request bodies (e.g. OAuth refresh). "
+                  "Refused for LLM-provider kinds (anthropic, openai) without --allow-llm-body");
+    add->add_flag("--allow-llm-body", o->allow_llm_body,
+                  "With --body on an LLM-provider kind: substitute in request bodies anyway. The "
+                  "real value then enters the conversation, and a model that transforms it "
+                  "(spells, translates, encrypts it) can hand it to the guest in a form the "
+                  "proxy's response redaction does not know (docs/threat-model.md)");
     add->callback([&cli, o] {
       auto run = [&]() -> Status {
         ASSIGN_OR_RETURN(vault::CredentialKind kind, vault::ParseKind(o->kind));
+        if (o->body && vault::InfoFor(kind).llm_provider && !o->allow_llm_body) {
+          // SECURITY: in an LLM conversation the real value reaches a model that can return it
+          // transformed past the response redaction (issue 15 item 4).
+          return Error(ErrorCode::kInvalidArgument,
+                       std::string("--body on an LLM-provider kind ('") + vault::InfoFor(kind).name +
+                           "') puts the real key into conversations a model can echo back "
+                           "transformed",
+                       "drop --body (the key is substituted in its headers), or pass "
+                       "--allow-llm-body if you accept that risk");
+        }
         ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, o->name, /*mutate=*/true));
         Result<vault::Credential> made = Error(ErrorCode::kInternal, "unset");
         if (kind == vault::CredentialKind::kAws) {

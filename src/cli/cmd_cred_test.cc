@@ -133,6 +133,22 @@ TEST_F(CredCliTest, FromEnvAndHeaderKind) {
   EXPECT_EQ(rm.code, 0) << rm.err;
 }
 
+// Issue 15 item 4: --body on an LLM-provider kind needs the explicit, documented override.
+TEST_F(CredCliTest, BodyOnAnLlmProviderNeedsTheOverride) {
+  for (const char* kind : {"anthropic", "openai"}) {
+    Outcome refused = Run({"cred", "add", "dev", kind, "--body"}, real_);
+    EXPECT_EQ(refused.code, kExitUsage) << kind;
+    EXPECT_NE(refused.err.find("--allow-llm-body"), std::string::npos) << refused.err;
+  }
+  EXPECT_EQ(Run({"cred", "ls", "dev"}).out.find("anthropic"), std::string::npos);
+  Outcome allowed = Run({"cred", "add", "dev", "anthropic", "--body", "--allow-llm-body"}, real_);
+  ASSERT_EQ(allowed.code, 0) << allowed.err;
+  // Other kinds keep --body without the override.
+  Outcome github = Run({"cred", "add", "dev", "github", "--body"},
+                       "ghp_abcdefghijklmnopqrstuvwxyz0123456789");
+  EXPECT_EQ(github.code, 0) << github.err;
+}
+
 TEST_F(CredCliTest, ErrorsAreClear) {
   EXPECT_EQ(Run({"cred", "add", "dev", "anthropic"}, "").code, kExitUsage);  // empty stdin
   Outcome kind = Run({"cred", "add", "dev", "bogus"}, real_);
