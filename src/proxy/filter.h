@@ -52,6 +52,9 @@ struct ResponseHold {
 // SECURITY: a request with a response transform is sent upstream with `Accept-Encoding: identity`;
 // a response to it that still carries a Content-Encoding other than identity is refused (502), so
 // OnBody always sees the bytes the guest would get.
+// (The proxy sets that header after OnRequestHead returned: a filter that signs the head and has a
+// response transform should set `Accept-Encoding: identity` itself before signing, so the proxy's
+// set changes nothing. A verdict with handled == false is ignored, its response transform too.)
 class ResponseTransform {
  public:
   virtual ~ResponseTransform() = default;

@@ -12,18 +12,25 @@
 //     forwarded over a new TLS connection to host:port, verified against the upstream trust store,
 //     ALPN http/1.1 both ways. A tunnel whose first byte is not a TLS handshake is closed (no
 //     opaque tunnels: they would bypass the detector);
+//   - the CONNECT authority, the TLS SNI (when sent) and the Host header must name one host (an
+//     absolute-form request: its target's host and Host), else 421;
 //   - in request headers, placeholders are replaced by real values for credentials whose scope
 //     holds the host, only when the TLS SNI, the CONNECT authority and the Host header agree;
 //     bodies only for credentials that opted in;
 //   - every request's target, headers and body (streamed) are scanned for all placeholders of the
 //     workspace; one going to a host outside its scope gets HTTP 451, is not forwarded, and the
-//     compromise callback runs; after that every request gets 451 (fail closed);
+//     compromise callback runs; after that every request, CONNECT, tunnel and transparent stream
+//     gets 451 (fail closed);
 //   - bodies stream both ways (chunked, SSE, large transfers, keep-alive; WebSocket after a 101 is
 //     passed through unscanned). Request bodies up to body_hold_bytes are held and scanned before
 //     the request goes upstream, so a blocked request sends nothing; longer bodies stream with a
-//     hold-back of one placeholder length, and on detection the upstream connection is reset
-//     before the placeholder's bytes are written.
+//     hold-back of the longest placeholder in any form the detector knows, and on detection the
+//     upstream connection is reset before the placeholder's bytes are written.
+//   - responses to a request that carried a real value come back in identity encoding (else 502)
+//     with the real values redacted in every known form (redactor.h);
 //   - one trace record per request (trace.h).
+// Each request runs through the filter chain (chain.h; the order is in chain.cc); the files that
+// implement this class are listed in proxy_impl.h.
 //   - the workspace's egress policy (policy.h) decides which host:port may be reached at all:
 //     a CONNECT or absolute-form request elsewhere gets 403 and a trace record with the reason.
 //
