@@ -208,6 +208,10 @@ int main(int argc, char** argv) {
   cfg.ca = proxy_ca;
   cfg.upstream_ca_file = upstream_ca_file;
   cfg.threads = 2;
+  // The proxy never connects to a loopback address DNS returned (upstream_address.h); the fake
+  // upstream is reached through a resolve override, as in the tests.
+  cfg.resolve["127.0.0.1:" + std::to_string(up_port)] = (*upstream)->Address();
+  cfg.resolve_only = true;
   auto ours = Proxy::Start(cfg);
   if (!ours.ok()) return 1;
   uint16_t our_port = *(*ours)->ListenLoopback();
