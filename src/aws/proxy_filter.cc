@@ -1,5 +1,8 @@
 #include "aws/proxy_filter.h"
 
+#include <algorithm>
+
+#include "aws/custody_filter.h"
 #include "base/strings.h"
 #include "vault/credential.h"
 
@@ -35,8 +38,9 @@ class ChunkTransform : public proxy::BodyTransform {
 
 }  // namespace
 
-AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope)
-    : resigner_(std::move(secrets)), scope_(std::move(scope)) {}
+AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
+                               std::shared_ptr<CredentialCustody> custody)
+    : resigner_(std::move(secrets)), scope_(std::move(scope)), custody_(std::move(custody)) {}
 
 Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& head) {
   proxy::FilterVerdict verdict;
@@ -46,6 +50,11 @@ Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& h
   // query signature, must verify against the placeholder: SigV2/SigV4A and foreign keys are
   // refused by Resign().
   if (!LooksSigV4Signed(a) && a.Find("authorization") == nullptr) return verdict;
+  if (custody_ && LooksSigV4Signed(a)) {
+    auto auth = ParseSigV4(a);
+    // Signed with a minted credential's placeholder: the CustodyFilter re-signs it.
+    if (auth.ok() && custody_->IsPlaceholderKeyId(auth->access_key_id)) return verdict;
+  }
   verdict.handled = true;
   // SECURITY: a request that does not verify with the placeholder is refused here (403).
   ASSIGN_OR_RETURN(Resigner::Verdict v, resigner_.Resign(a));
@@ -73,6 +82,12 @@ AwsSecrets SecretsFor(const vault::BoundCredential& b) {
 
 Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
   std::vector<vault::BoundCredential> tokens;
+  std::vector<std::string> scope;
+  std::shared_ptr<proxy::TraceSink> trace = cfg.trace;
+  ASSIGN_OR_RETURN(std::shared_ptr<CredentialCustody> custody,
+                   CredentialCustody::Create([trace](const proxy::TraceRecord& rec) {
+                     if (trace) trace->Write(rec);
+                   }));
   int n = 0;
   for (const vault::BoundCredential& b : cfg.credentials) {
     const vault::Credential& c = b.credential;
@@ -93,9 +108,13 @@ Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
       t.placeholder = b.aws_token_placeholder;
       tokens.push_back(std::move(t));
     }
-    cfg.filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts));
+    cfg.filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts, custody));
+    for (const std::string& h : c.hosts) {
+      if (std::find(scope.begin(), scope.end(), h) == scope.end()) scope.push_back(h);
+    }
     ++n;
   }
+  if (n > 0) cfg.filters.push_back(std::make_shared<CustodyFilter>(custody, scope));
   for (auto& t : tokens) cfg.credentials.push_back(std::move(t));
   return n;
 }
