@@ -280,6 +280,8 @@ TEST_F(CustodyTest, WhatCannotBeTakenIntoCustodyIsRefused) {
         // a secret outside the Credentials block
         std::string(good).replace(good.find("<ResponseMetadata>"), 0,
                                   "<SecretAccessKey>" + std::string(kMintedSecret) + "</SecretAccessKey>"),
+        // a minted value echoed in an element that is not a credential field
+        std::string(good).replace(good.find("<ResponseMetadata>"), 0, "<Echo>" + kMintedToken + "</Echo>"),
         // nested too deep
         "<GetSessionTokenResponse>" + std::string(40, '<') + "</GetSessionTokenResponse>",
         std::string(kMaxVendingBody + 1, ' ')}) {

@@ -293,6 +293,17 @@ Result<std::string> XmlCustody(const VendingCall& call, std::string_view body,
                      "> in a place cloister cannot take into custody");
     }
   }
+  {
+    // SECURITY: a minted value anywhere else in the document (echoed in another element) would
+    // reach the guest: refused before anything is taken into custody.
+    std::vector<Replacement> blank;
+    for (const Found& f : found) {
+      for (int k : {f.id, f.secret, f.token}) {
+        if (k >= 0) blank.push_back({els[static_cast<size_t>(k)].text_begin, els[static_cast<size_t>(k)].text_end, ""});
+      }
+    }
+    RETURN_IF_ERROR(CheckNoRealValue(ApplyReplacements(body, std::move(blank)), reals));
+  }
   for (Found& f : found) {
     int64_t expires = f.v.expires_unix;
     ASSIGN_OR_RETURN(MintedPlaceholders p, custody.Add(std::move(f.v)));
