@@ -149,8 +149,9 @@ Result<proxy::FilterVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& he
   }
   RETURN_IF_ERROR(CheckAction(call));
   if ((call.service == VendingService::kSts || call.service == VendingService::kIam) &&
-      call.action.empty() && head.method == "POST") {
-    // The Action is in the form body: read it before anything goes upstream.
+      head.method == "POST") {
+    // The Action may be in the form body (also when the query names one): read it before
+    // anything goes upstream.
     verdict.need_full_body = true;
     verdict.max_body = std::max(verdict.max_body, kMaxFullBody);
   }
@@ -181,11 +182,15 @@ Status CustodyFilter::OnFullBody(proxy::RequestHead& head, std::string_view body
   if (call.service != VendingService::kSts && call.service != VendingService::kIam) return OkStatus();
   call.host = head.host;
   call.action = ActionFromHead(head, call.service);
-  if (call.action.empty()) {
-    // SECURITY: a Query-protocol POST names its Action in the form body; a malformed one is
-    // refused (AWS might read it differently).
-    ASSIGN_OR_RETURN(call.action, QueryAction(body));
+  // SECURITY: a Query-protocol POST names its Action in the form body; a malformed one, or one
+  // that differs from the query's, is refused (AWS might read it differently).
+  ASSIGN_OR_RETURN(std::string in_body, QueryAction(body));
+  if (!in_body.empty() && !call.action.empty() && in_body != call.action) {
+    return Error(ErrorCode::kPermissionDenied,
+                 "AWS credential custody: refused a request whose query and body name different "
+                 "Actions");
   }
+  if (!in_body.empty()) call.action = in_body;
   return CheckAction(call);
 }
 
@@ -204,6 +209,8 @@ Result<proxy::ResponseHold> CustodyResponse::OnHead(proxy::ResponseHead& head) {
 }
 
 Result<std::string> CustodyResponse::OnBody(proxy::ResponseHead& head, std::string body) {
+  // Called for every transform once any of them held: a non-2xx body was not held for us.
+  if (head.status < 200 || head.status > 299) return body;
   CustodyOutcome outcome;
   ASSIGN_OR_RETURN(std::string out, TakeIntoCustody(call_, body, *custody_, &outcome));
   if (!outcome.minted.empty()) {

@@ -256,6 +256,11 @@ TEST_F(CustodyTest, WhatCannotBeTakenIntoCustodyIsRefused) {
   auto unknown = Exchange(Head("sts.amazonaws.com", "GET", "/"), StsResponse("MintSomethingNew"));
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message().find("does not know"), std::string::npos);
+  // The body's Action counts even when the query names an allowed one.
+  auto smuggled = Exchange(Head("iam.amazonaws.com", "POST", "/?Action=ListUsers"), "<x/>",
+                           "Action=CreateLoginProfile&UserName=bob&Password=hunter2");
+  ASSERT_FALSE(smuggled.ok());
+  EXPECT_EQ(smuggled.error().code(), ErrorCode::kPermissionDenied);
   // IAM actions whose secret the guest would know or that cannot be replaced.
   for (const char* a : {"CreateLoginProfile", "UpdateLoginProfile", "CreateServiceSpecificCredential",
                         "ResetServiceSpecificCredential", "CreateVirtualMFADevice"}) {
