@@ -208,6 +208,11 @@ bool CredentialCustody::IsPlaceholderKeyId(std::string_view key_id) {
   return by_key_id_.count(key_id) != 0;
 }
 
+bool CredentialCustody::IsPlaceholderToken(std::string_view token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_token_.count(token) != 0;
+}
+
 Result<std::string> CredentialCustody::RealToken(std::string_view placeholder_token,
                                                  std::string_view host) {
   const int64_t now = clock_();

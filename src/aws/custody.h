@@ -73,6 +73,7 @@ class CredentialCustody {
   // kNotFound: not a minted placeholder; kPermissionDenied: expired (the entry is dropped).
   Result<AwsSecrets> SecretsFor(std::string_view placeholder_key_id);
   bool IsPlaceholderKeyId(std::string_view key_id);
+  bool IsPlaceholderToken(std::string_view token);
   // The real token for a placeholder token sent to `host`. kNotFound: not a placeholder;
   // kPermissionDenied: expired, or `host` is not one the token was minted for.
   Result<std::string> RealToken(std::string_view placeholder_token, std::string_view host);

@@ -45,38 +45,40 @@ class ChunkTransform : public proxy::BodyTransform {
   std::unique_ptr<ChunkResigner> c_;
 };
 
+// The token in Basic (the password) or Bearer; "" for anything else.
+// SECURITY: parses the guest's header (bounded by the caller).
+std::string TokenIn(std::string_view authorization, std::string* basic_user) {
+  std::string v = Trim(authorization);
+  size_t sp = v.find(' ');
+  if (sp == std::string::npos) return "";
+  std::string scheme = ToLower(v.substr(0, sp));
+  std::string rest = Trim(v.substr(sp + 1));
+  if (scheme == "bearer") return rest;
+  if (scheme != "basic") return "";
+  auto decoded = vault::Base64Decode(rest);
+  if (!decoded.ok()) return "";
+  size_t colon = decoded->find(':');
+  if (colon == std::string::npos) return "";
+  if (basic_user) *basic_user = decoded->substr(0, colon);
+  return decoded->substr(colon + 1);
+}
+
 // Puts the real token back for a minted token's placeholder in Authorization (Basic password or
 // Bearer). Returns whether it did; an error refuses the request.
 // SECURITY: parses the guest's header; the real token goes only into the upstream-bound head.
 Result<bool> SwapToken(proxy::RequestHead& head, CredentialCustody& custody) {
   std::string* authz = FindHeader(head, "authorization");
   if (!authz || authz->size() > kMaxHeaderValue) return false;
-  std::string v = Trim(*authz);
-  std::string scheme = ToLower(v.substr(0, v.find(' ')));
-  std::string rest = v.find(' ') == std::string::npos ? "" : Trim(v.substr(v.find(' ') + 1));
-  if (scheme == "bearer") {
-    auto real = custody.RealToken(rest, head.host);
-    if (!real.ok()) {
-      if (real.error().code() == ErrorCode::kNotFound) return false;
-      return real.error();
-    }
-    *authz = "Bearer " + *real;
-    return true;
+  std::string user = "\x01";
+  std::string token = TokenIn(*authz, &user);
+  if (token.empty()) return false;
+  auto real = custody.RealToken(token, head.host);
+  if (!real.ok()) {
+    if (real.error().code() == ErrorCode::kNotFound) return false;
+    return real.error();
   }
-  if (scheme == "basic") {
-    auto decoded = vault::Base64Decode(rest);
-    if (!decoded.ok()) return false;
-    size_t colon = decoded->find(':');
-    if (colon == std::string::npos) return false;
-    auto real = custody.RealToken(std::string_view(*decoded).substr(colon + 1), head.host);
-    if (!real.ok()) {
-      if (real.error().code() == ErrorCode::kNotFound) return false;
-      return real.error();
-    }
-    *authz = "Basic " + vault::Base64Encode(decoded->substr(0, colon + 1) + *real);
-    return true;
-  }
-  return false;
+  *authz = user == "\x01" ? "Bearer " + *real : "Basic " + vault::Base64Encode(user + ":" + *real);
+  return true;
 }
 
 std::string ActionFromHead(const proxy::RequestHead& head, VendingService service) {
@@ -105,6 +107,12 @@ std::string ActionFromHead(const proxy::RequestHead& head, VendingService servic
 }
 
 }  // namespace
+
+bool CarriesMintedToken(std::string_view authorization, CredentialCustody& custody) {
+  if (authorization.size() > kMaxHeaderValue) return false;
+  std::string token = TokenIn(authorization, nullptr);
+  return !token.empty() && custody.IsPlaceholderToken(token);
+}
 
 CustodyFilter::CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::vector<std::string> scope)
     : custody_(std::move(custody)), scope_(std::move(scope)) {}

@@ -44,6 +44,11 @@ class CustodyFilter : public proxy::RequestFilter {
   std::vector<std::string> scope_;
 };
 
+// True when `authorization` (a request's Authorization value) is Basic or Bearer carrying the
+// placeholder of a minted token in `custody` (the workspace's re-signer leaves such requests to
+// the CustodyFilter instead of refusing a non-SigV4 Authorization).
+bool CarriesMintedToken(std::string_view authorization, CredentialCustody& custody);
+
 // The response side of one vending call (exposed for tests; made by CustodyFilter).
 class CustodyResponse : public proxy::ResponseTransform {
  public:

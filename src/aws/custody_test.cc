@@ -400,6 +400,15 @@ TEST_F(CustodyTest, JsonServicesSsoCognitoEcrCodeArtifact) {
   ASSERT_TRUE(rv.ok()) << rv.error().message();
   EXPECT_TRUE(rv->handled);
   EXPECT_EQ(HeaderOf(reg, "authorization"), "Basic " + vault::Base64Encode("AWS:" + password));
+  // The workspace's re-signer (which refuses any non-SigV4 Authorization in scope) leaves it to
+  // custody.
+  AwsProxyFilter ws(AwsSecrets{"AKIAWORKSPACEKEY0001", "RealWorkspaceSecret", "", "PhWorkspaceSecret", ""},
+                    kScope, custody_);
+  proxy::RequestHead reg2 = Head("123456789012.dkr.ecr.eu-west-1.amazonaws.com", "GET", "/v2/");
+  reg2.headers.push_back({"Authorization", "Basic " + vault::Base64Encode(*guest)});
+  auto wsv = ws.OnRequestHead(reg2);
+  ASSERT_TRUE(wsv.ok()) << wsv.error().message();
+  EXPECT_FALSE(wsv->handled);
   // ... and no other host does.
   proxy::RequestHead other = Head("evil.example.test", "GET", "/");
   other.headers.push_back({"Authorization", "Basic " + vault::Base64Encode(*guest)});

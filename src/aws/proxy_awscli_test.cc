@@ -327,7 +327,7 @@ TEST_F(AwsThroughProxyTest, MintedCredentialsStayOnTheHost) {
 
   // Chained: assume-role with the minted credentials mints again, into custody again.
   RunOutput role = Aws({"sts", "assume-role", "--role-arn", "arn:aws:iam::123456789012:role/dev",
-                        "--role-session-name", "s", "--output", "json"}, as_minted);
+                        "--role-session-name", "cloister-session", "--output", "json"}, as_minted);
   ASSERT_EQ(role.exit_code, 0) << role.err;
   ASSERT_EQ(minted().size(), 2u);
   expect_none_of("assume-role's output", role.out + role.err);
@@ -362,7 +362,9 @@ TEST_F(AwsThroughProxyTest, MintedCredentialsStayOnTheHost) {
 
   // The trace names each minted credential by its placeholder, never by a real value.
   std::string swaps;
-  for (const auto& rec : *proxy::ReadTrace((dir_ / "trace.jsonl").string())) {
+  auto records = proxy::ReadTrace((dir_ / "trace.jsonl").string());
+  ASSERT_TRUE(records.ok());
+  for (const auto& rec : *records) {
     for (const auto& s : rec.swaps) swaps += s + "\n";
   }
   EXPECT_NE(swaps.find("aws-custody:sts:GetSessionToken " + id), std::string::npos) << swaps;

@@ -1,5 +1,6 @@
 #include "aws/proxy_filter.h"
 
+#include "aws/custody_filter.h"
 #include "base/strings.h"
 #include "vault/credential.h"
 
@@ -47,6 +48,11 @@ Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& h
   // query signature, must verify against the placeholder: SigV2/SigV4A and foreign keys are
   // refused by Resign().
   if (!LooksSigV4Signed(a) && a.Find("authorization") == nullptr) return verdict;
+  // A minted token's placeholder (ECR registry, CodeArtifact): the CustodyFilter puts it back.
+  if (custody_ && !LooksSigV4Signed(a)) {
+    const std::string* authz = a.Find("authorization");
+    if (authz && CarriesMintedToken(*authz, *custody_)) return verdict;
+  }
   if (custody_ && LooksSigV4Signed(a)) {
     auto auth = ParseSigV4(a);
     // Signed with a minted credential's placeholder: the CustodyFilter re-signs it.

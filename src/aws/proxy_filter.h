@@ -7,7 +7,8 @@
 // goes upstream re-signed with the real secret, or is refused with 403 when the guest did not sign
 // it with the placeholder secret (and placeholder session token). Requests to other hosts, and
 // unsigned requests (public S3 objects), pass untouched. A request signed with the placeholder key
-// id of a credential in custody (custody.h) is left to the CustodyFilter.
+// id of a credential in custody (custody.h), or whose Basic/Bearer Authorization carries a minted
+// token's placeholder, is left to the CustodyFilter.
 //
 // Thread safe: one instance serves every proxy thread (Resigner is immutable).
 // SECURITY: holds the real secret and session token (inside Resigner); nothing here logs them.
