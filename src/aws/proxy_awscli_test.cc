@@ -8,8 +8,9 @@
 //     -> resolve override: sts./s3.eu-west-1.amazonaws.com:443 -> a local HTTPS upstream (test CA,
 //        certificate per name by SNI; src/aws/testdata/sigv4_tool.py serve) that verifies SigV4
 //        with the REAL secret and token using botocore's signer (an independent implementation),
-//        implements STS GetCallerIdentity and a small S3, and flags any request carrying either
-//        placeholder.
+//        implements STS GetCallerIdentity and a small S3, mints credentials (STS GetSessionToken,
+//        AssumeRole; ECR GetAuthorizationToken and its registry), and flags any request carrying
+//        a placeholder.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -24,6 +25,7 @@
 #include "base/subprocess.h"
 #include "proxy/ca.h"
 #include "proxy/proxy.h"
+#include "proxy/trace.h"
 #include "vault/guest_files.h"
 #include "vault/vault.h"
 
@@ -39,7 +41,8 @@ const char* kKeyId = "ASIACLOISTERPROXY001";
 const char* kRealSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREAL111KEY";
 const char* kRealToken = "IQoJb3JpZ2luX2VjEREALsessionTOKEN1111111111abcdefghijklmnop+/==";
 const std::vector<std::string> kHosts = {"sts.eu-west-1.amazonaws.com", "s3.eu-west-1.amazonaws.com",
-                                         "elsewhere.example.test"};
+                                         "elsewhere.example.test", "api.ecr.eu-west-1.amazonaws.com",
+                                         "123456789012.dkr.ecr.eu-west-1.amazonaws.com"};
 
 std::string Tool() {
   const char* src = std::getenv("CLOISTER_SOURCE_DIR");
@@ -121,6 +124,9 @@ class AwsThroughProxyTest : public ::testing::Test {
       std::lock_guard<std::mutex> l(mu_);
       events_.push_back(e);
     };
+    auto trace = proxy::TraceSink::Open((dir_ / "trace.jsonl").string());
+    ASSERT_TRUE(trace.ok());
+    cfg.trace = *trace;
     auto wired = AddAwsFilters(cfg);
     ASSERT_TRUE(wired.ok()) << wired.error().ToString();
     ASSERT_EQ(*wired, 1);
@@ -265,6 +271,107 @@ TEST_F(AwsThroughProxyTest, WrongSecretIsRefusedAndPlaceholderElsewhereTrips) {
   ASSERT_EQ(events_.size(), 1u);
   EXPECT_EQ(events_[0].credential, kSessionTokenId);
   EXPECT_TRUE(Log().empty());
+}
+
+// Issue 15 item 1: credentials AWS mints for the guest stay on the host. awscli asks the fake STS
+// for a session token; the guest's copy is placeholders (no byte of the minted secret, token or
+// key id in anything awscli got); calls signed with those placeholders reach AWS re-signed with
+// the minted secret (the fake verifies with botocore), also chained (assume-role with minted
+// credentials); the ECR password works for the registry only through the proxy; the trace names
+// each minted credential.
+TEST_F(AwsThroughProxyTest, MintedCredentialsStayOnTheHost) {
+  auto minted = [&] {
+    std::vector<nlohmann::json> out;
+    for (const std::string& line : Split(ReadFile(dir_ / "log.minted"), '\n')) {
+      if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+    }
+    return out;
+  };
+  auto expect_none_of = [&](const std::string& where, const std::string& text) {
+    for (const auto& m : minted()) {
+      for (const char* f : {"secret", "token", "access_key_id", "password"}) {
+        if (!m.contains(f)) continue;
+        std::string v = m[f];
+        EXPECT_EQ(text.find(v), std::string::npos) << where << " holds the minted " << f;
+        // Not even a 12-character piece of it.
+        for (size_t i = 0; i + 12 <= v.size(); i += 6) {
+          ASSERT_EQ(text.find(v.substr(i, 12)), std::string::npos) << where << " holds part of the minted " << f;
+        }
+      }
+    }
+  };
+  std::ofstream forbidden(dir_ / "log.forbidden", std::ios::app);
+
+  RunOutput st = Aws({"sts", "get-session-token", "--output", "json"});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  ASSERT_EQ(minted().size(), 1u);
+  expect_none_of("get-session-token's output", st.out + st.err);
+  auto creds = nlohmann::json::parse(st.out)["Credentials"];
+  std::string id = creds["AccessKeyId"], secret = creds["SecretAccessKey"], token = creds["SessionToken"];
+  EXPECT_EQ(id.substr(0, 4), "ASIA");
+  EXPECT_EQ(id.size(), 20u);
+  EXPECT_EQ(secret.size(), 40u);
+  EXPECT_NE(id, minted()[0]["access_key_id"].get<std::string>());
+  forbidden << secret << "\n" << token << "\n" << std::flush;
+
+  // A call signed by the guest with its copies: re-signed on the host with the minted secret.
+  std::map<std::string, std::string> as_minted = {
+      {"AWS_ACCESS_KEY_ID", id}, {"AWS_SECRET_ACCESS_KEY", secret}, {"AWS_SESSION_TOKEN", token}};
+  RunOutput who = Aws({"sts", "get-caller-identity", "--output", "json"}, as_minted);
+  ASSERT_EQ(who.exit_code, 0) << who.err;
+  auto log = Log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_TRUE(log.back()["ok"].get<bool>()) << log.back().dump();
+  EXPECT_EQ(log.back()["akid"], minted()[0]["access_key_id"]) << log.back().dump();
+  EXPECT_EQ(log.back()["leaked"], 0);
+
+  // Chained: assume-role with the minted credentials mints again, into custody again.
+  RunOutput role = Aws({"sts", "assume-role", "--role-arn", "arn:aws:iam::123456789012:role/dev",
+                        "--role-session-name", "cloister-session", "--output", "json"}, as_minted);
+  ASSERT_EQ(role.exit_code, 0) << role.err;
+  ASSERT_EQ(minted().size(), 2u);
+  expect_none_of("assume-role's output", role.out + role.err);
+  auto rc = nlohmann::json::parse(role.out)["Credentials"];
+  std::map<std::string, std::string> as_role = {{"AWS_ACCESS_KEY_ID", rc["AccessKeyId"]},
+                                                {"AWS_SECRET_ACCESS_KEY", rc["SecretAccessKey"]},
+                                                {"AWS_SESSION_TOKEN", rc["SessionToken"]}};
+  forbidden << as_role["AWS_SECRET_ACCESS_KEY"] << "\n" << as_role["AWS_SESSION_TOKEN"] << "\n" << std::flush;
+  ASSERT_EQ(Aws({"sts", "get-caller-identity"}, as_role).exit_code, 0);
+  EXPECT_EQ(Log().back()["akid"], minted()[1]["access_key_id"]);
+
+  // The placeholders with another secret: refused by the proxy, nothing reaches AWS.
+  size_t before = Log().size();
+  auto wrong = as_minted;
+  wrong["AWS_SECRET_ACCESS_KEY"] = "NotThePlaceholderSecretNotThePlaceholder";
+  EXPECT_NE(Aws({"sts", "get-caller-identity"}, wrong).exit_code, 0);
+  EXPECT_EQ(Log().size(), before);
+
+  // ECR: the password the guest gets is a placeholder; the registry gets the real one.
+  RunOutput pw = Aws({"ecr", "get-login-password", "--region", "eu-west-1"});
+  ASSERT_EQ(pw.exit_code, 0) << pw.err;
+  ASSERT_EQ(minted().size(), 3u);
+  expect_none_of("get-login-password's output", pw.out + pw.err);
+  std::string guest_pw = Trim(pw.out);
+  EXPECT_EQ(guest_pw.size(), minted()[2]["password"].get<std::string>().size());
+  auto pull = RunProcess({kCurl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--proxy", ProxyUrl(),
+                          "--cacert", (dir_ / "proxy-ca.pem").string(), "-u", "AWS:" + guest_pw,
+                          "https://123456789012.dkr.ecr.eu-west-1.amazonaws.com/v2/"},
+                         RunOptions{.env_unset = {"NO_PROXY", "no_proxy"}, .timeout = std::chrono::seconds(60)});
+  ASSERT_TRUE(pull.ok());
+  EXPECT_EQ(pull->out, "200") << pull->err;
+
+  // The trace names each minted credential by its placeholder, never by a real value.
+  std::string swaps;
+  auto records = proxy::ReadTrace((dir_ / "trace.jsonl").string());
+  ASSERT_TRUE(records.ok());
+  for (const auto& rec : *records) {
+    for (const auto& s : rec.swaps) swaps += s + "\n";
+  }
+  EXPECT_NE(swaps.find("aws-custody:sts:GetSessionToken " + id), std::string::npos) << swaps;
+  EXPECT_NE(swaps.find("aws-custody:sts:AssumeRole"), std::string::npos) << swaps;
+  EXPECT_NE(swaps.find("aws-custody:ecr:GetAuthorizationToken"), std::string::npos) << swaps;
+  expect_none_of("the trace", ReadFile(dir_ / "trace.jsonl"));
+  EXPECT_TRUE(events_.empty());
 }
 
 }  // namespace

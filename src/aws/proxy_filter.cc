@@ -1,5 +1,6 @@
 #include "aws/proxy_filter.h"
 
+#include "aws/custody_filter.h"
 #include "base/strings.h"
 #include "vault/credential.h"
 
@@ -35,8 +36,9 @@ class ChunkTransform : public proxy::BodyTransform {
 
 }  // namespace
 
-AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope)
-    : resigner_(std::move(secrets)), scope_(std::move(scope)) {}
+AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
+                               std::shared_ptr<CredentialCustody> custody)
+    : resigner_(std::move(secrets)), scope_(std::move(scope)), custody_(std::move(custody)) {}
 
 Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& head) {
   proxy::FilterVerdict verdict;
@@ -46,6 +48,16 @@ Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& h
   // query signature, must verify against the placeholder: SigV2/SigV4A and foreign keys are
   // refused by Resign().
   if (!LooksSigV4Signed(a) && a.Find("authorization") == nullptr) return verdict;
+  // A minted token's placeholder (ECR registry, CodeArtifact): the CustodyFilter puts it back.
+  if (custody_ && !LooksSigV4Signed(a)) {
+    const std::string* authz = a.Find("authorization");
+    if (authz && CarriesMintedToken(*authz, *custody_)) return verdict;
+  }
+  if (custody_ && LooksSigV4Signed(a)) {
+    auto auth = ParseSigV4(a);
+    // Signed with a minted credential's placeholder: the CustodyFilter re-signs it.
+    if (auth.ok() && custody_->IsPlaceholderKeyId(auth->access_key_id)) return verdict;
+  }
   verdict.handled = true;
   // SECURITY: a request that does not verify with the placeholder is refused here (403).
   ASSIGN_OR_RETURN(Resigner::Verdict v, resigner_.Resign(a));
@@ -69,35 +81,6 @@ AwsSecrets SecretsFor(const vault::BoundCredential& b) {
   const vault::Credential& c = b.credential;
   return AwsSecrets{c.aws_access_key_id, c.value, c.aws_session_token, b.placeholder,
                     c.aws_session_token.empty() ? std::string() : b.aws_token_placeholder};
-}
-
-Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
-  std::vector<vault::BoundCredential> tokens;
-  int n = 0;
-  for (const vault::BoundCredential& b : cfg.credentials) {
-    const vault::Credential& c = b.credential;
-    if (c.kind != vault::CredentialKind::kAws || c.id == kSessionTokenId) continue;
-    if (c.aws_access_key_id.empty()) {
-      return Error(ErrorCode::kInvalidArgument, "AWS credential " + c.id + " has no access key id");
-    }
-    if (!c.aws_session_token.empty()) {
-      if (b.aws_token_placeholder.empty() || b.aws_token_placeholder == c.aws_session_token) {
-        return Error(ErrorCode::kInvalidArgument,
-                     "AWS credential " + c.id + " has a session token but no placeholder for it");
-      }
-      vault::BoundCredential t;
-      t.credential.kind = vault::CredentialKind::kAws;
-      t.credential.id = kSessionTokenId;
-      t.credential.value = c.aws_session_token;  // SECURITY: real token, memory only
-      t.credential.hosts = c.hosts;
-      t.placeholder = b.aws_token_placeholder;
-      tokens.push_back(std::move(t));
-    }
-    cfg.filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts));
-    ++n;
-  }
-  for (auto& t : tokens) cfg.credentials.push_back(std::move(t));
-  return n;
 }
 
 }  // namespace cloister::aws

@@ -6,7 +6,9 @@
 // signature made with that credential's access key id, it calls Resigner (resigner.h): the request
 // goes upstream re-signed with the real secret, or is refused with 403 when the guest did not sign
 // it with the placeholder secret (and placeholder session token). Requests to other hosts, and
-// unsigned requests (public S3 objects), pass untouched.
+// unsigned requests (public S3 objects), pass untouched. A request signed with the placeholder key
+// id of a credential in custody (custody.h), or whose Basic/Bearer Authorization carries a minted
+// token's placeholder, is left to the CustodyFilter.
 //
 // Thread safe: one instance serves every proxy thread (Resigner is immutable).
 // SECURITY: holds the real secret and session token (inside Resigner); nothing here logs them.
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "aws/custody.h"
 #include "aws/resigner.h"
 #include "proxy/filter.h"
 #include "proxy/proxy.h"
@@ -30,13 +33,15 @@ inline constexpr char kSessionTokenId[] = "aws:session-token";
 class AwsProxyFilter : public proxy::RequestFilter {
  public:
   // `scope`: lower-case host names; a request host matches one exactly or as a subdomain.
-  AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope);
+  AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
+                 std::shared_ptr<CredentialCustody> custody = nullptr);
   Result<proxy::FilterVerdict> OnRequestHead(proxy::RequestHead& head) override;
   Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
 
  private:
   Resigner resigner_;
   std::vector<std::string> scope_;
+  std::shared_ptr<CredentialCustody> custody_;  // may be null
 };
 
 // The secrets of a bound kAws credential (vault::Vault::Bind()).
@@ -46,8 +51,10 @@ AwsSecrets SecretsFor(const vault::BoundCredential& b);
 // Per boot, in the supervisor, after `cfg.credentials = vault.Bind()`: for every kAws credential
 // in cfg.credentials, appends an AwsProxyFilter to cfg.filters and, when the credential has a
 // session token, a credential entry for the token's placeholder (id kSessionTokenId, kind kAws,
-// same scope; kAws substitutes no header, so the filter sees what the guest signed). Returns how
-// many AWS credentials were wired. Idempotent per config: call it once.
+// same scope; kAws substitutes no header, so the filter sees what the guest signed). When there is
+// at least one, it also appends one CustodyFilter (custody_filter.h) with a new CredentialCustody
+// over the union of their scopes, after them; minted credentials are traced to cfg.trace (set it
+// before this call). Returns how many AWS credentials were wired. Call it once per config.
 Result<int> AddAwsFilters(proxy::ProxyConfig& cfg);
 
 }  // namespace cloister::aws

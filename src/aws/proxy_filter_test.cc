@@ -199,7 +199,7 @@ vault::BoundCredential BoundAws(std::string token, std::string token_ph) {
   return vault::BoundCredential{*c, "CLOISTERplaceholderSECRET/0123456789abcd", std::move(token_ph)};
 }
 
-TEST(AddAwsFiltersTest, WiresOneFilterAndTheTokenPlaceholder) {
+TEST(AddAwsFiltersTest, WiresOneFilterTheCustodyFilterAndTheTokenPlaceholder) {
   proxy::ProxyConfig cfg;
   auto anthropic = vault::MakeCredential(vault::CredentialKind::kAnthropic,
                                          "sk-ant-api03-REALxANTHROPICx0123456789", {}, "", false);
@@ -210,7 +210,7 @@ TEST(AddAwsFiltersTest, WiresOneFilterAndTheTokenPlaceholder) {
   auto n = AddAwsFilters(cfg);
   ASSERT_TRUE(n.ok()) << n.error().ToString();
   EXPECT_EQ(*n, 1);
-  ASSERT_EQ(cfg.filters.size(), 1u);
+  ASSERT_EQ(cfg.filters.size(), 2u);  // the re-signer, then credential custody (custody_test.cc)
   ASSERT_EQ(cfg.credentials.size(), 3u);
   const vault::BoundCredential& t = cfg.credentials[2];
   EXPECT_EQ(t.credential.id, kSessionTokenId);

@@ -33,7 +33,7 @@ bool HasBody(const RequestHead& head) {
 
 // Rewrites the presigned query's signature and token values, keeping every other byte.
 std::string RewriteQueryTarget(const std::string& target, const std::string& signature,
-                               const std::string* token) {
+                               const std::string* token, const std::string* credential = nullptr) {
   size_t q = target.find('?');
   std::string out = target.substr(0, q + 1);
   std::vector<std::string> pieces = Split(std::string_view(target).substr(q + 1), '&');
@@ -46,6 +46,8 @@ std::string RewriteQueryTarget(const std::string& target, const std::string& sig
       out += key + "=" + signature;
     } else if (k == "X-Amz-Security-Token" && token) {
       out += key + "=" + UriEncode(*token, false);
+    } else if (k == "X-Amz-Credential" && credential) {
+      out += key + "=" + UriEncode(*credential, false);
     } else {
       out += pieces[i];
     }
@@ -85,7 +87,9 @@ std::pair<std::string, std::string> Resigner::Keys(const SigV4Auth& auth) const 
 }
 
 Status Resigner::CheckIdentity(RequestHead& head, SigV4Auth& auth) const {
-  if (auth.access_key_id != s_.access_key_id) {
+  const std::string& guest_id =
+      s_.placeholder_access_key_id.empty() ? s_.access_key_id : s_.placeholder_access_key_id;
+  if (auth.access_key_id != guest_id) {
     return Denied("signed with an access key id that is not this workspace's");
   }
   if (s_.session_token.empty()) {
@@ -172,19 +176,22 @@ Result<Resigner::Verdict> Resigner::Finish(RequestHead& head, const SigV4Auth& a
   }
 
   SigV4Auth real = auth;
+  real.access_key_id = s_.access_key_id;
   if (!s_.session_token.empty()) {
     real.security_token = s_.session_token;
     if (auth.form == SigV4Auth::Form::kHeader) head.Set("x-amz-security-token", s_.session_token);
   }
   if (auth.form == SigV4Auth::Form::kQuery) {
     // The signature value is excluded from the canonical query, so rewrite the token first.
+    const std::string credential = s_.access_key_id + "/" + auth.Scope();
     head.target = RewriteQueryTarget(head.target, auth.signature,
-                                     s_.session_token.empty() ? nullptr : &s_.session_token);
+                                     s_.session_token.empty() ? nullptr : &s_.session_token,
+                                     s_.placeholder_access_key_id.empty() ? nullptr : &credential);
   }
   ASSIGN_OR_RETURN(std::string cr, CanonicalRequest(head, real, *matched));
   std::string new_sig = SignatureHex(real_key, StringToSign(real, cr));
   if (auth.form == SigV4Auth::Form::kHeader) {
-    head.Set("authorization", std::string(kAlgorithm) + " Credential=" + auth.access_key_id + "/" +
+    head.Set("authorization", std::string(kAlgorithm) + " Credential=" + real.access_key_id + "/" +
                                   auth.Scope() + ", SignedHeaders=" + auth.SignedHeadersString() +
                                   ", Signature=" + new_sig);
   } else {

@@ -4,10 +4,12 @@
 // token). Its SDK signs with the placeholder; the proxy hands each request head for an AWS host in
 // the credential's scope to Resigner, which
 //   1. parses the SigV4 signature (header or presigned-query form; SigV2/SigV4A are refused),
-//   2. checks the access key id is the workspace's and the session token is the placeholder,
+//   2. checks the access key id is the workspace's (or, for a credential in custody, its
+//      placeholder key id) and the session token is the placeholder,
 //   3. recomputes the signature with the PLACEHOLDER secret and refuses the request unless it
 //      matches (a request signed with anything else never leaves),
-//   4. swaps in the real session token and signs the same canonical request with the REAL secret,
+//   4. swaps in the real key id and session token and signs the same canonical request with the
+//      REAL secret,
 //   5. for STREAMING-AWS4-HMAC-SHA256-PAYLOAD uploads returns a ChunkResigner that verifies each
 //      chunk's chained signature against the placeholder chain and rewrites it with the real one,
 //      one chunk at a time (never the whole body; the output has the same length as the input).
@@ -30,11 +32,14 @@
 namespace cloister::aws {
 
 struct AwsSecrets {
-  std::string access_key_id;       // real, also what the guest sees
+  std::string access_key_id;       // real; also what the guest sees unless placeholder_access_key_id
   std::string secret;              // real
   std::string session_token;       // real; empty for long-term keys
   std::string placeholder_secret;  // what the guest signs with
   std::string placeholder_token;   // what the guest sends; non-empty iff session_token is
+  // What the guest signs with instead of access_key_id, when it does not hold the real key id
+  // (credentials minted into custody, custody.h); empty: the guest holds the real key id.
+  std::string placeholder_access_key_id;
 };
 
 inline constexpr size_t kMaxChunk = 16 * 1024 * 1024;       // one aws-chunked chunk

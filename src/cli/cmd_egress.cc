@@ -31,8 +31,10 @@ void AddEgressCommand(CLI::App& app, Cli& cli) {
                   "Allow HOST[:PORT] (exact name, *.suffix for its subdomains, or an IPv4 "
                   "address; no port: any port). Switches to allowlist mode unless --allow-all is "
                   "also given. An entry with a port other than 80/443 also allows an opaque "
-                  "(uninspected) tunnel there, for protocols that are neither TLS nor HTTP "
-                  "(repeatable)");
+                  "(uninspected) tunnel there, for protocols that are neither TLS nor HTTP. "
+                  "Private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) are "
+                  "reached only for destinations an entry names; the host itself, loopback, "
+                  "link-local and cloud metadata never (repeatable)");
   cmd->add_option("--remove", o->remove, "Remove an entry, as listed (repeatable)");
   auto* all = cmd->add_flag("--allow-all", o->allow_all,
                             "Allow every destination (the default); entries with ports still "

@@ -34,11 +34,16 @@ awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
     // metadata endpoints.
     std::vector<asio::ip::tcp::endpoint> allowed;
     for (const auto& entry : results) {
-      if (!ForbiddenUpstream(entry.endpoint().address())) allowed.push_back(entry.endpoint());
+      if (!ForbiddenUpstream(entry.endpoint().address(), config_.egress_policy, a.host, a.port)) {
+        allowed.push_back(entry.endpoint());
+      }
     }
     if (allowed.empty()) {
       co_return Error(ErrorCode::kPermissionDenied,
-                      a.host + " resolves to a loopback, link-local or unspecified address");
+                      a.host + " resolves to a loopback, link-local, cloud metadata, host-interface "
+                      "or private address only (docs/threat-model.md: upstream addresses)",
+                      "a private host must be named in the egress policy: cloister egress NAME "
+                      "--allow HOST --allow-all");
     }
     auto [cec, ep] = co_await asio::async_connect(sock, allowed, kTok);
     if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());

@@ -102,10 +102,11 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   vault::GuestCredentials creds = vault::BuildGuestCredentials(cfg.credentials);
   // AWS credentials: a re-signing filter each, and the session token's placeholder registered
   // with the detector (after BuildGuestCredentials: it adds a proxy-only credential entry).
+  // (The trace first: AddAwsFilters records minted AWS credentials in it.)
+  ASSIGN_OR_RETURN(cfg.trace, proxy::TraceSink::Open(options.trace_log));
   ASSIGN_OR_RETURN(int aws, aws::AddAwsFilters(cfg));
   (void)aws;
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
-  ASSIGN_OR_RETURN(cfg.trace, proxy::TraceSink::Open(options.trace_log));
   cfg.on_compromise = std::move(options.on_compromise);
   cfg.resolve = std::move(options.resolve);
   cfg.resolve_only = options.resolve_only;

@@ -7,6 +7,10 @@ python3-botocore), never cloister's own code.
   sigv4_tool.py serve --creds FILE --cert C --key K --port-file F    -> HTTPS upstream that accepts
       only requests whose SigV4 signature (header, presigned query, or streaming chunk chain)
       verifies with creds; answers STS GetCallerIdentity and a minimal S3 (PUT/GET, multipart).
+      Credential vending: STS GetSessionToken/AssumeRole mint new credentials (accepted from then
+      on) and ECR GetAuthorizationToken mints a registry password checked by GET /v2/ on
+      123456789012.dkr.ecr.eu-west-1.amazonaws.com; every minted value is appended to
+      <LOG>.minted (JSON lines) so tests can look for it where it must not be.
 
 creds: {"access_key_id", "secret", "token" (optional)}.
 request: {"method", "target", "headers": [[name, value], ...], "body_b64"}.
@@ -181,7 +185,11 @@ def verify(method, target, headers, body, cfg):
     else:
         return False, 'unsigned', None
     if akid != cfg['access_key_id']:
-        return False, 'unknown access key', None
+        minted = cfg.get('minted', {}).get(akid)
+        if not minted:
+            return False, 'unknown access key', None
+        cfg = {'access_key_id': akid, 'secret': minted['secret'], 'token': minted['token']}
+        creds = _creds(cfg)
     if (cfg.get('token') or None) != token:
         return False, 'bad session token', None
     for n, v in headers:
@@ -221,6 +229,25 @@ class Upstream:
         self.objects = {}
         self.uploads = {}
         self.next_upload = 1
+        self.ecr_passwords = set()
+
+    def mint(self, kind):
+        import secrets
+        import string
+        alnum = string.ascii_letters + string.digits
+        if kind == 'ecr':
+            value = {'kind': kind, 'password': 'eyJwYXlsb2Fk' + ''.join(secrets.choice(alnum) for _ in range(300))}
+        else:
+            value = {'kind': kind,
+                     'access_key_id': 'ASIA' + ''.join(secrets.choice(string.ascii_uppercase + '234567') for _ in range(16)),
+                     'secret': ''.join(secrets.choice(alnum + '/+') for _ in range(40)),
+                     'token': 'IQoJb3JpZ2luX2Vj' + ''.join(secrets.choice(alnum + '/+') for _ in range(400)) + '=='}
+            self.creds.setdefault('minted', {})[value['access_key_id']] = value
+        with self.lock, open(self.log_path + '.minted', 'a') as f:
+            f.write(json.dumps(value) + '\n')
+        if kind == 'ecr':
+            self.ecr_passwords.add(value['password'])
+        return value
 
     def log(self, entry):
         with self.lock, open(self.log_path, 'a') as f:
@@ -265,25 +292,67 @@ def make_handler(up):
         def _handle(self):
             body = self._body()
             headers = list(self.headers.items())
+            host = (_header(headers, 'host') or '').split(':')[0]
+            if host.endswith('.dkr.ecr.eu-west-1.amazonaws.com'):
+                # The registry: Basic AWS:<password>, as docker sends it.
+                authz = _header(headers, 'authorization') or ''
+                try:
+                    user, _, pw = base64.b64decode(authz[len('Basic '):]).decode().partition(':')
+                except Exception:
+                    user, pw = '', ''
+                ok = authz.startswith('Basic ') and user == 'AWS' and pw in up.ecr_passwords
+                up.log({'method': self.command, 'path': self.path, 'ok': ok, 'reason': 'registry',
+                        'streaming': False, 'bytes': 0, 'leaked': 0, 'host': host, 'query': '',
+                        'presigned': False, 'akid': ''})
+                return self._send(200 if ok else 401, b'{}', {'Content-Type': 'application/json'})
             ok, reason, data = verify(self.command, self.path, headers, body, up.creds)
             streaming = _header(headers, 'x-amz-content-sha256') == STREAMING
             # Strings that must never arrive (the placeholders): anywhere in the request line,
             # the headers or the body.
             raw = (self.requestline + '\n' + ''.join('%s: %s\n' % hv for hv in headers)).encode() + body
-            leaked = [s for s in up.creds.get('forbidden', []) if s.encode() in raw]
+            forbidden = list(up.creds.get('forbidden', []))
+            try:  # placeholders the test learnt later (the guest's copies of minted credentials)
+                forbidden += [l for l in open(up.log_path + '.forbidden').read().split('\n') if l]
+            except OSError:
+                pass
+            leaked = [s for s in forbidden if s.encode() in raw]
+            authz = _header(headers, 'authorization') or ''
+            akid = authz.split('Credential=')[1].split('/')[0] if 'Credential=' in authz else ''
             up.log({'method': self.command, 'path': self.path.split('?')[0], 'ok': ok, 'reason': reason,
                     'streaming': streaming, 'bytes': len(data or b''), 'leaked': len(leaked),
                     'host': (_header(headers, 'host') or ''), 'query': urlsplit(self.path).query[:200],
-                    'presigned': 'X-Amz-Signature=' in urlsplit(self.path).query})
+                    'presigned': 'X-Amz-Signature=' in urlsplit(self.path).query, 'akid': akid})
             if not ok:
                 code = 'SignatureDoesNotMatch' if 'Signature' in reason or 'chunk' in reason else 'InvalidClientTokenId'
                 err = '<Error><Code>%s</Code><Message>%s</Message></Error>' % (code, reason)
                 if self.command == 'POST' and b'Action=' in body:
                     err = '<ErrorResponse>%s<RequestId>1</RequestId></ErrorResponse>' % err
                 return self._send(403, _xml(err), {'Content-Type': 'text/xml'})
-            host = (_header(headers, 'host') or '').split(':')[0]
             url = urlsplit(self.path)
             q = dict(parse_qsl(url.query, keep_blank_values=True))
+            form = dict(parse_qsl((data or b'').decode(errors='replace'), keep_blank_values=True))
+            action = form.get('Action') or q.get('Action')
+            if host.startswith('sts.') and action in ('GetSessionToken', 'AssumeRole'):
+                m = up.mint('sts:' + action)
+                import datetime
+                exp = (datetime.datetime.utcnow() + datetime.timedelta(hours=1)).strftime('%Y-%m-%dT%H:%M:%SZ')
+                extra = ('<AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/dev/s</Arn>'
+                         '<AssumedRoleId>AROACLOISTER:s</AssumedRoleId></AssumedRoleUser>') if action == 'AssumeRole' else ''
+                return self._send(200, _xml(
+                    '<%sResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><%sResult>'
+                    '<Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey>'
+                    '<SessionToken>%s</SessionToken><Expiration>%s</Expiration></Credentials>%s'
+                    '</%sResult><ResponseMetadata><RequestId>2</RequestId></ResponseMetadata></%sResponse>'
+                    % (action, action, m['access_key_id'], m['secret'], m['token'], exp, extra, action, action)),
+                    {'Content-Type': 'text/xml'})
+            if host.startswith('api.ecr.') and (_header(headers, 'x-amz-target') or '').endswith('.GetAuthorizationToken'):
+                import time
+                m = up.mint('ecr')
+                return self._send(200, json.dumps({'authorizationData': [{
+                    'authorizationToken': base64.b64encode(('AWS:' + m['password']).encode()).decode(),
+                    'expiresAt': time.time() + 43200,
+                    'proxyEndpoint': 'https://123456789012.dkr.ecr.eu-west-1.amazonaws.com'}]}).encode(),
+                    {'Content-Type': 'application/x-amz-json-1.1'})
             if host.startswith('sts.') or (self.command == 'POST' and b'GetCallerIdentity' in (data or b'')):
                 return self._send(200, _xml(
                     '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'

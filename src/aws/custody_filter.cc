@@ -1,0 +1,240 @@
+#include "aws/custody_filter.h"
+
+#include <chrono>
+
+#include "aws/resigner.h"
+#include "aws/sigv4.h"
+#include "base/strings.h"
+#include "vault/credential.h"
+#include "vault/crypto.h"
+
+namespace cloister::aws {
+namespace {
+
+RequestHead ToAws(const proxy::RequestHead& h) {
+  RequestHead out;
+  out.method = h.method;
+  out.target = h.target;
+  for (const auto& [name, value] : h.headers) out.headers.push_back({name, value});
+  return out;
+}
+
+void FromAws(const RequestHead& a, proxy::RequestHead& h) {
+  h.target = a.target;
+  h.headers.clear();
+  for (const Header& x : a.headers) h.headers.emplace_back(x.name, x.value);
+}
+
+std::string* FindHeader(proxy::RequestHead& h, std::string_view name) {
+  for (auto& [n, v] : h.headers) {
+    if (ToLower(n) == name) return &v;
+  }
+  return nullptr;
+}
+
+class ChunkTransform : public proxy::BodyTransform {
+ public:
+  explicit ChunkTransform(std::unique_ptr<ChunkResigner> c) : c_(std::move(c)) {}
+  Result<std::string> Data(std::string_view in) override { return c_->Data(in); }
+  Result<std::string> End() override {
+    RETURN_IF_ERROR(c_->End());
+    return std::string();
+  }
+
+ private:
+  std::unique_ptr<ChunkResigner> c_;
+};
+
+// The token in Basic (the password) or Bearer; "" for anything else.
+// SECURITY: parses the guest's header (bounded by the caller).
+std::string TokenIn(std::string_view authorization, std::string* basic_user) {
+  std::string v = Trim(authorization);
+  size_t sp = v.find(' ');
+  if (sp == std::string::npos) return "";
+  std::string scheme = ToLower(v.substr(0, sp));
+  std::string rest = Trim(v.substr(sp + 1));
+  if (scheme == "bearer") return rest;
+  if (scheme != "basic") return "";
+  auto decoded = vault::Base64Decode(rest);
+  if (!decoded.ok()) return "";
+  size_t colon = decoded->find(':');
+  if (colon == std::string::npos) return "";
+  if (basic_user) *basic_user = decoded->substr(0, colon);
+  return decoded->substr(colon + 1);
+}
+
+// Puts the real token back for a minted token's placeholder in Authorization (Basic password or
+// Bearer). Returns whether it did; an error refuses the request.
+// SECURITY: parses the guest's header; the real token goes only into the upstream-bound head.
+Result<bool> SwapToken(proxy::RequestHead& head, CredentialCustody& custody) {
+  std::string* authz = FindHeader(head, "authorization");
+  if (!authz || authz->size() > kMaxHeaderValue) return false;
+  std::string user = "\x01";
+  std::string token = TokenIn(*authz, &user);
+  if (token.empty()) return false;
+  auto real = custody.RealToken(token, head.host);
+  if (!real.ok()) {
+    if (real.error().code() == ErrorCode::kNotFound) return false;
+    return real.error();
+  }
+  *authz = user == "\x01" ? "Bearer " + *real : "Basic " + vault::Base64Encode(user + ":" + *real);
+  return true;
+}
+
+std::string ActionFromHead(const proxy::RequestHead& head, VendingService service) {
+  for (const auto& [n, v] : head.headers) {
+    if (ToLower(n) == "x-amz-target") {
+      std::string t = Trim(v);
+      return t.substr(t.rfind('.') == std::string::npos ? 0 : t.rfind('.') + 1);
+    }
+  }
+  std::string path = head.target.substr(0, head.target.find('?'));
+  if (service == VendingService::kSso && StartsWith(path, "/federation/credentials")) {
+    return "GetRoleCredentials";
+  }
+  if (service == VendingService::kCodeArtifact && StartsWith(path, "/v1/authorization-token")) {
+    return "GetAuthorizationToken";
+  }
+  if (service == VendingService::kSts || service == VendingService::kIam) {
+    size_t q = head.target.find('?');
+    if (q != std::string::npos) {
+      auto a = QueryAction(std::string_view(head.target).substr(q + 1));
+      if (a.ok()) return *a;
+      return "(malformed)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool CarriesMintedToken(std::string_view authorization, CredentialCustody& custody) {
+  if (authorization.size() > kMaxHeaderValue) return false;
+  std::string token = TokenIn(authorization, nullptr);
+  return !token.empty() && custody.IsPlaceholderToken(token);
+}
+
+CustodyFilter::CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::vector<std::string> scope)
+    : custody_(std::move(custody)), scope_(std::move(scope)) {}
+
+Result<proxy::FilterVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& head) {
+  proxy::FilterVerdict verdict;
+  ASSIGN_OR_RETURN(bool swapped, SwapToken(head, *custody_));
+  verdict.handled = swapped;
+  if (!vault::HostInAnyScope(head.host, scope_)) return verdict;
+
+  RequestHead a = ToAws(head);
+  std::string sigv4_service;
+  if (LooksSigV4Signed(a)) {
+    auto auth = ParseSigV4(a);
+    if (auth.ok()) {
+      sigv4_service = auth->service;
+      if (custody_->IsPlaceholderKeyId(auth->access_key_id)) {
+        // SECURITY: signed with a minted placeholder: verified against the placeholder secret and
+        // token, re-signed with the minted ones; anything else is refused here.
+        ASSIGN_OR_RETURN(AwsSecrets secrets, custody_->SecretsFor(auth->access_key_id));
+        Resigner resigner(std::move(secrets));
+        ASSIGN_OR_RETURN(Resigner::Verdict v, resigner.Resign(a));
+        FromAws(a, head);
+        verdict.handled = true;
+        if (v.need_full_body) {
+          verdict.need_full_body = true;
+          verdict.max_body = kMaxFullBody;
+        }
+        if (v.chunks) verdict.body = std::make_unique<ChunkTransform>(std::move(v.chunks));
+      }
+    }
+  }
+
+  VendingCall call;
+  call.service = ServiceOf(head.host, sigv4_service);
+  if (call.service == VendingService::kNone) return verdict;
+  call.host = head.host;
+  call.action = ActionFromHead(head, call.service);
+  if (call.action == "(malformed)") {
+    return Error(ErrorCode::kPermissionDenied,
+                 "AWS credential custody: refused a request whose Action parameter is malformed");
+  }
+  RETURN_IF_ERROR(CheckAction(call));
+  if ((call.service == VendingService::kSts || call.service == VendingService::kIam) &&
+      head.method == "POST") {
+    // The Action may be in the form body (also when the query names one): read it before
+    // anything goes upstream.
+    verdict.need_full_body = true;
+    verdict.max_body = std::max(verdict.max_body, kMaxFullBody);
+  }
+  verdict.handled = true;
+  std::string path = head.target.substr(0, std::min(head.target.find('?'), size_t{512}));
+  verdict.response = std::make_unique<CustodyResponse>(custody_, std::move(call), head.method, path);
+  return verdict;
+}
+
+Status CustodyFilter::OnFullBody(proxy::RequestHead& head, std::string_view body) {
+  RequestHead a = ToAws(head);
+  std::string sigv4_service;
+  if (LooksSigV4Signed(a)) {
+    auto auth = ParseSigV4(a);
+    if (auth.ok()) {
+      sigv4_service = auth->service;
+      if (custody_->IsPlaceholderKeyId(auth->access_key_id)) {
+        ASSIGN_OR_RETURN(AwsSecrets secrets, custody_->SecretsFor(auth->access_key_id));
+        Resigner resigner(std::move(secrets));
+        RETURN_IF_ERROR(resigner.ResignWithBody(a, body));
+        FromAws(a, head);
+      }
+    }
+  }
+  if (!vault::HostInAnyScope(head.host, scope_)) return OkStatus();
+  VendingCall call;
+  call.service = ServiceOf(head.host, sigv4_service);
+  if (call.service != VendingService::kSts && call.service != VendingService::kIam) return OkStatus();
+  call.host = head.host;
+  call.action = ActionFromHead(head, call.service);
+  // SECURITY: a Query-protocol POST names its Action in the form body; a malformed one, or one
+  // that differs from the query's, is refused (AWS might read it differently).
+  ASSIGN_OR_RETURN(std::string in_body, QueryAction(body));
+  if (!in_body.empty() && !call.action.empty() && in_body != call.action) {
+    return Error(ErrorCode::kPermissionDenied,
+                 "AWS credential custody: refused a request whose query and body name different "
+                 "Actions");
+  }
+  if (!in_body.empty()) call.action = in_body;
+  return CheckAction(call);
+}
+
+CustodyResponse::CustodyResponse(std::shared_ptr<CredentialCustody> custody, VendingCall call,
+                                 std::string method, std::string path)
+    : custody_(std::move(custody)), call_(std::move(call)), method_(std::move(method)),
+      path_(std::move(path)) {}
+
+Result<proxy::ResponseHold> CustodyResponse::OnHead(proxy::ResponseHead& head) {
+  proxy::ResponseHold hold;
+  // Only a success mints; error documents pass (AWS error bodies carry no credential).
+  if (head.status < 200 || head.status > 299) return hold;
+  hold.hold = true;
+  hold.max_body = kMaxVendingBody;
+  return hold;
+}
+
+Result<std::string> CustodyResponse::OnBody(proxy::ResponseHead& head, std::string body) {
+  // Called for every transform once any of them held: a non-2xx body was not held for us.
+  if (head.status < 200 || head.status > 299) return body;
+  CustodyOutcome outcome;
+  ASSIGN_OR_RETURN(std::string out, TakeIntoCustody(call_, body, *custody_, &outcome));
+  if (!outcome.minted.empty()) {
+    proxy::TraceRecord rec;
+    rec.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+    rec.host = call_.host;
+    rec.port = 443;
+    rec.method = method_;
+    rec.path = path_;
+    rec.status = head.status;
+    for (const std::string& m : outcome.minted) rec.swaps.push_back("aws-custody:" + m);
+    custody_->Trace(rec);
+  }
+  return out;
+}
+
+}  // namespace cloister::aws
