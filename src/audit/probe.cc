@@ -225,7 +225,7 @@ SampleStatement DescribeSample(const DiskReport& d) {
     s.cannot = "anything about the free space";
     return s;
   }
-  if (d.exhaustive && complete && d.probed_regions == d.free_regions) {
+  if (complete && d.probed_regions == d.free_regions) {  // every free region, asked or not
     s.fraction_95 = 0;
     s.can = "foreign bytes in any free 64 KiB region of this disk at the time of the audit (every "
             "one of the " + std::to_string(d.free_regions) + " was probed)";

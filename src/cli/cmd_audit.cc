@@ -95,7 +95,13 @@ Result<audit::GuestRun> RunGuestAudit(Store& store, const std::string& name,
 }  // namespace
 
 void AddAuditCommand(CLI::App& app, Cli& cli) {
-  auto* audit = app.add_subcommand("audit", "Check a workspace's disks from inside its VM");
+  auto* audit = app.add_subcommand(
+      "audit",
+      "Check a workspace's disks from inside its VM. `audit residue NAME` probes a random sample "
+      "of " + std::to_string(audit::kDefaultSampleRegions) +
+          " free regions per disk by default (seconds, a few MiB of host disk at most); "
+          "--exhaustive probes all of them (reads the disks' whole free space, filesystems "
+          "frozen throughout)");
   audit->require_subcommand(1);
   auto* residue = audit->add_subcommand(
       "residue",
@@ -129,8 +135,8 @@ void AddAuditCommand(CLI::App& app, Cli& cli) {
                  "64 GiB home and the system disk: minutes per 10 GiB, longer under software "
                  "emulation) with the filesystems frozen the whole time (the workspace's programs "
                  "wait), at most 1 h; says its cost first and shows progress. Each region is still "
-                 "given back at once, so the host disk it uses stays small (qcow2 tables: 8 MiB "
-                 "more on a 64 GiB home)")
+                 "given back at once, so the host disk it uses stays small (up to 8 MiB of qcow2 "
+                 "tables on a 64 GiB home, ~10 MiB in all)")
       ->excludes(sample);
   residue->callback([&cli, o] {
     auto fail = [&cli](const Error& e) {
