@@ -189,6 +189,28 @@ TEST(AuditTest, CliBinaryExitsNonZeroOnForeignAndZeroWhenClean) {
   auto bad = RunProcess({bin, "--disk", dir.File("missing.img") + ":home"});
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->exit_code, kAuditError);
+  // A sample of 3 with progress on stderr; a sample of 0, or a sample with --exhaustive, is refused.
+  auto sampled = RunProcess({bin, "--json", "--sample", "3", "--progress", "--disk", img + ":home"});
+  ASSERT_TRUE(sampled.ok());
+  auto sp = ParseAuditReport(sampled->out);
+  ASSERT_TRUE(sp.ok()) << sp.error().ToString();
+  EXPECT_EQ(sp->disks[0].probed_regions, 3u);
+  EXPECT_NE(sampled->err.find("plan: " + img + ": probing 3 free regions"), std::string::npos) << sampled->err;
+  EXPECT_NE(sampled->err.find("progress: " + img + ": 3/3 regions (100%)"), std::string::npos) << sampled->err;
+  for (std::vector<std::string> argv : {std::vector<std::string>{"--sample", "0"},
+                                        std::vector<std::string>{"--exhaustive", "--sample", "3"}}) {
+    argv.insert(argv.begin(), bin);
+    argv.insert(argv.end(), {"--disk", img + ":home"});
+    auto refused = RunProcess(argv);
+    ASSERT_TRUE(refused.ok());
+    EXPECT_EQ(refused->exit_code, kAuditError) << argv[1];
+  }
+  auto all = RunProcess({bin, "--json", "--exhaustive", "--disk", img + ":home"});
+  ASSERT_TRUE(all.ok());
+  auto ap = ParseAuditReport(all->out);
+  ASSERT_TRUE(ap.ok()) << ap.error().ToString();
+  EXPECT_TRUE(ap->disks[0].exhaustive);
+  EXPECT_EQ(ap->disks[0].probed_regions, ap->disks[0].free_regions);
 #endif
 }
 
