@@ -238,9 +238,13 @@ SampleStatement DescribeSample(const DiskReport& d) {
           Size(static_cast<uint64_t>(s.fraction_95 * free_bytes)) + " of " + Size(free_bytes) +
           ") held foreign data spread over the disk, " + std::to_string(d.probed_regions) +
           " random probes would have found it with 95% probability";
-  s.cannot = "a few foreign regions, or foreign data only outside the " +
-             std::to_string(d.sampled_windows) + " sampled 512 MiB windows of " +
-             std::to_string(d.windows) +
+  s.cannot = "a few foreign regions among the " + std::to_string(d.free_regions - d.probed_regions) +
+             " free regions not probed" +
+             (d.sampled_windows < d.windows
+                  ? ", or foreign data only in the free space outside the " +
+                        std::to_string(d.sampled_windows) + " sampled 512 MiB windows (of " +
+                        std::to_string(d.windows) + ")"
+                  : std::string()) +
              (complete ? "" : std::string(" (the audit stopped early: ") + d.stopped + ")") +
              "; `--exhaustive` probes every free region";
   return s;

@@ -243,11 +243,11 @@ class ResidueVmTest : public ::testing::Test {
   }
 
   // Greps raw block devices in the guest for the canary; returns the number of lines holding it
-  // (zero bytes become line breaks so lines stay short), stopping at `enough` per device.
+  // (zero bytes become line breaks so lines stay short), stopping once it has seen `enough`.
   uint64_t GuestCanaryLines(Vm& vm, const std::string& devices, uint64_t enough) {
     std::string half = canary_.substr(0, 9), rest = canary_.substr(9);
     Ran grep = vm.Exec({"sh", "-c",
-                        "M=\"$0$1\"; n=0; for d in " + devices + "; do "
+                        "M=\"$0$1\"; n=0; for d in " + devices + "; do [ $n -ge $2 ] && break; "
                         "c=$(tr '\\000' '\\n' < $d | grep -c -m $2 -F \"$M\"); n=$((n+c)); done; echo $n",
                         half, rest, std::to_string(enough)});
     EXPECT_TRUE(grep.exit.ok());
@@ -430,7 +430,7 @@ TEST_F(ResidueVmTest, NewWorkspaceSeesNothingOfADeletedOneAndABrokenHandOffIsCau
     ASSERT_TRUE(ready.ok()) << ready.error().ToString();
     std::cerr << "B' booted in " << Seconds(t0) << " s\n";
     t0 = std::chrono::steady_clock::now();
-    bad_lines = GuestCanaryLines(vm, "/dev/vda /dev/vdb", 1001);
+    bad_lines = GuestCanaryLines(vm, "/dev/vdb /dev/vda", 1001);
     std::cerr << "B''s raw canary search took " << Seconds(t0) << " s\n";
     RunAudit(vm, fbad);
     vm.PowerOff();
