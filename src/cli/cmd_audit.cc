@@ -99,7 +99,7 @@ void AddAuditCommand(CLI::App& app, Cli& cli) {
       "audit",
       "Check a workspace's disks from inside its VM. `audit residue NAME` probes a random sample "
       "of " + std::to_string(audit::kDefaultSampleRegions) +
-          " free regions per disk by default (seconds, a few MiB of host disk at most); "
+          " free regions per disk by default (under a minute, a few MiB of host disk at most); "
           "--exhaustive probes all of them (reads the disks' whole free space, filesystems "
           "frozen throughout)");
   audit->require_subcommand(1);
@@ -110,11 +110,12 @@ void AddAuditCommand(CLI::App& app, Cli& cli) {
       "in the running VM with the filesystems frozen, and never writes to a block the filesystem "
       "has in use. By default it probes a random sample of " +
           std::to_string(audit::kDefaultSampleRegions) +
-          " free regions per disk, spread over the disk (seconds; it finds foreign data in 0.3% "
-          "or more of the free space with 95% probability, not a few stray regions), and gives "
-          "each probed region back to the host with a discard right after reading it, so the "
-          "host disk it uses at its peak is a few MiB (the bound is printed first; refused, with "
-          "the figures, if the host has less free). Exit 0 clean, 1 foreign bytes found, 2 the audit could not run");
+          " free regions per disk, spread over the disk (under a minute, even under software "
+          "emulation; it finds foreign data in 0.3% or more of the free space with 95% "
+          "probability, not a few stray regions), and gives each probed region back to the host "
+          "with a discard right after reading it, so the host disk it uses at its peak is a few "
+          "MiB (the bound is printed first; refused, with the figures, if the host has less "
+          "free). Exit 0 clean, 1 foreign bytes found, 2 the audit could not run");
   struct Opts {
     std::string name;
     bool json = false;
