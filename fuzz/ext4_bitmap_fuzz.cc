@@ -1,6 +1,6 @@
 // Fuzzes the ext4 allocation reader and the probe that runs on its result: a crafted filesystem
-// must give an error or a report, never a crash, an out-of-bounds access, or a write to a block
-// the filesystem marks in use.
+// must give an error or a report, never a crash, an out-of-bounds access, or a write or discard of
+// a block the filesystem marks in use.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +23,10 @@ class CheckedDevice : public cloister::audit::Device {
     return inner_.WriteAt(o, b, n);
   }
   cloister::Status Sync() override { return inner_.Sync(); }
+  cloister::Status Discard(uint64_t o, uint64_t n) override {
+    if (!map_.RangeFree(o, n)) std::abort();
+    return inner_.Discard(o, n);
+  }
 
  private:
   cloister::audit::Device& inner_;
@@ -39,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (map->free_blocks() > map->blocks_count()) std::abort();
   CheckedDevice checked(*dev, *map);
   cloister::audit::AuditOptions options;
-  options.max_regions = 4;
+  options.sample_regions = 4;
   auto report = cloister::audit::AuditDevice(checked, options);
   if (report.ok() && report->bytes.Total() != report->probed_regions * cloister::audit::kRegionSize) {
     std::abort();

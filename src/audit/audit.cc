@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -162,7 +163,14 @@ Result<DiskReport> AuditDisk(const std::string& path, const DiskAuditOptions& op
   } else {
     ASSIGN_OR_RETURN(device, OpenDevice(path, OpenOptions{.writable = true}));
   }
-  auto report = AuditDevice(*device, options.audit);
+  AuditOptions audit = options.audit;
+  if (freeze) {
+    // Stop probing well before the watchdog would thaw the filesystem under the probe.
+    auto margin = std::max<std::chrono::seconds>(std::chrono::seconds(5), options.freeze_timeout / 10);
+    auto limit = std::chrono::steady_clock::now() + options.freeze_timeout - margin;
+    if (!audit.deadline || *audit.deadline > limit) audit.deadline = limit;
+  }
+  auto report = AuditDevice(*device, audit);
   device.reset();
   if (freeze) {
     Status thawed = freeze->Thaw();

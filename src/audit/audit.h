@@ -21,6 +21,8 @@ Result<std::string> FindMountpoint(const std::string& device);
 
 struct DiskAuditOptions {
   AuditOptions audit;
+  // The watchdog thaws a frozen filesystem after this long; the probe stops (kStoppedTimeLimit)
+  // a margin before that (a tenth of it, at least 5 s), so it never writes to a thawed one.
   std::chrono::seconds freeze_timeout{600};
 };
 

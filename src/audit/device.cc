@@ -89,6 +89,23 @@ class FileDevice : public Device {
     return OkStatus();
   }
 
+  Status Discard(uint64_t offset, uint64_t len) override {
+    RETURN_IF_ERROR(CheckRange(offset, len, size_));
+    if (offset % kAlign != 0 || len % kAlign != 0) {
+      return Error(ErrorCode::kInvalidArgument, "unaligned device discard");
+    }
+    int rc;
+    if (direct_) {  // a block device (opened O_DIRECT)
+      uint64_t range[2] = {offset, len};
+      rc = ioctl(fd_, BLKDISCARD, &range);
+    } else {
+      rc = fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                     static_cast<off_t>(len));
+    }
+    if (rc != 0) return ErrnoError("discard at " + std::to_string(offset), errno);
+    return OkStatus();
+  }
+
  private:
   Status PreadFull(uint64_t offset, size_t len) {
     size_t done = 0;
@@ -126,6 +143,15 @@ class MemDevice : public Device {
     return OkStatus();
   }
   Status Sync() override { return OkStatus(); }
+  // A device that honours discard and reads the range back as zeros.
+  Status Discard(uint64_t offset, uint64_t len) override {
+    RETURN_IF_ERROR(CheckRange(offset, len, bytes_.size()));
+    if (offset % kAlign != 0 || len % kAlign != 0) {
+      return Error(ErrorCode::kInvalidArgument, "unaligned device discard");
+    }
+    std::memset(bytes_.data() + offset, 0, len);
+    return OkStatus();
+  }
 
  private:
   std::string bytes_;

@@ -21,6 +21,12 @@ class Device {
   virtual Status WriteAt(uint64_t offset, const uint8_t* buf, size_t len) = 0;
   // Makes earlier writes durable on the device (fdatasync).
   virtual Status Sync() = 0;
+  // Gives the range back to the layer below (block device: BLKDISCARD; image file: a punched
+  // hole), so a thin or copy-on-write layer can free what a write made it allocate. Offset and
+  // length must be multiples of 4096. Success means only that the request was accepted: a layer
+  // may ignore it (QEMU's discard=ignore), so callers that rely on it read the range back.
+  // The audit calls it only on ranges the filesystem's bitmaps mark entirely free.
+  virtual Status Discard(uint64_t offset, uint64_t len) = 0;
 };
 
 struct OpenOptions {

@@ -1,15 +1,64 @@
 #include "audit/host.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
+#include "base/strings.h"
+
 namespace cloister::audit {
 
-std::vector<std::string> GuestAuditArgv(uint64_t max_regions) {
-  return {kGuestAuditPath, "--json",        "--disk",         "/dev/vda:base", "--disk",
-          "/dev/vdb:home", "--max-regions", std::to_string(max_regions)};
+std::vector<std::string> GuestAuditArgv(const GuestAuditOptions& options) {
+  std::vector<std::string> argv = {kGuestAuditPath, "--json", "--disk", "/dev/vda:base",
+                                   "--disk", "/dev/vdb:home"};
+  if (options.exhaustive) {
+    argv.push_back("--exhaustive");
+  } else {
+    argv.insert(argv.end(), {"--sample", std::to_string(options.sample_regions)});
+  }
+  if (options.progress) argv.push_back("--progress");
+  argv.insert(argv.end(), {"--freeze-timeout", std::to_string(options.freeze_timeout_seconds)});
+  return argv;
+}
+
+AuditCost EstimateAuditCost(const std::vector<uint64_t>& disk_bytes, const GuestAuditOptions& options) {
+  AuditCost cost;
+  AuditOptions a;
+  a.exhaustive = options.exhaustive;
+  a.sample_regions = options.sample_regions;
+  for (uint64_t bytes : disk_bytes) {
+    cost.peak_allocation += PeakAllocationBound(bytes, a);
+    cost.max_read += options.exhaustive ? bytes
+                                        : std::min(bytes, options.sample_regions * kRegionSize);
+  }
+  return cost;
+}
+
+Status CheckHostFreeSpace(const std::string& dir, uint64_t available, const AuditCost& cost) {
+  const uint64_t need = cost.peak_allocation + kHostFreeReserve;
+  if (available >= need) return OkStatus();
+  return Error(ErrorCode::kNoSpace,
+               "the host filesystem holding " + dir + " has " + FormatSize(available) +
+                   " free; the audit can allocate up to " + FormatSize(cost.peak_allocation) +
+                   " there at its peak, and leaves at least " + FormatSize(kHostFreeReserve) +
+                   " free for everything else",
+               "free at least " + FormatSize(need - available) + " on that filesystem and retry");
+}
+
+Result<uint64_t> HostAvailableBytes(const std::string& dir) {
+  struct statvfs st;
+  if (statvfs(dir.c_str(), &st) != 0) return ErrnoError("statvfs " + dir, errno);
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+std::optional<std::string> GuestProgressLine(const std::string& line) {
+  // SECURITY: guest bytes: only lines with our two prefixes, shown sanitized and bounded.
+  if (line.rfind("plan: ", 0) != 0 && line.rfind("progress: ", 0) != 0) return std::nullopt;
+  return SanitizeGuestText(line, 160);
 }
 
 std::string SanitizeGuestText(const std::string& text, size_t max) {

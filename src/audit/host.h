@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,38 @@ inline constexpr char kGuestAuditPath[] = "/run/cloister/meta/cloister-audit";
 // Name of the binary on the metadata disk and in the build tree.
 inline constexpr char kAuditBinaryName[] = "cloister-audit";
 
+// How the host asks the guest to audit.
+struct GuestAuditOptions {
+  bool exhaustive = false;
+  uint64_t sample_regions = kDefaultSampleRegions;  // per disk, >= 1 (ignored if exhaustive)
+  bool progress = false;                            // plan and progress lines on stderr
+  int freeze_timeout_seconds = 600;
+};
+inline constexpr int kExhaustiveFreezeTimeoutSeconds = 3600;
+
 // The guest command line: both workspace disks (design.md contracts: vda system, vdb home).
-// max_regions 0 probes every free region.
-std::vector<std::string> GuestAuditArgv(uint64_t max_regions);
+std::vector<std::string> GuestAuditArgv(const GuestAuditOptions& options);
+
+// What an audit of disks of these virtual sizes can cost the host, before it starts.
+struct AuditCost {
+  uint64_t peak_allocation = 0;  // PeakAllocationBound summed over the disks
+  uint64_t max_read = 0;         // the most it reads (sampled: the sample; exhaustive: the disks)
+};
+AuditCost EstimateAuditCost(const std::vector<uint64_t>& disk_bytes, const GuestAuditOptions& options);
+
+// Free space the host filesystem must keep beyond the audit's peak allocation.
+inline constexpr uint64_t kHostFreeReserve = uint64_t{256} << 20;
+
+// Refuses (kNoSpace, with the figures) unless `available` bytes on the filesystem
+// holding `dir` cover `cost.peak_allocation` plus kHostFreeReserve.
+Status CheckHostFreeSpace(const std::string& dir, uint64_t available, const AuditCost& cost);
+
+// Bytes available to an unprivileged writer on the filesystem holding `dir` (statvfs).
+Result<uint64_t> HostAvailableBytes(const std::string& dir);
+
+// A progress or plan line the guest wrote on stderr ("plan: ..." / "progress: ..."), sanitized
+// for the user's terminal; nullopt for any other line.
+std::optional<std::string> GuestProgressLine(const std::string& line);
 
 // What running the audit in the guest produced.
 struct GuestRun {

@@ -1,6 +1,7 @@
 // The audit on a mounted filesystem (a loop device), as it runs in the guest: frozen while probing,
 // thawed after, refusing when it cannot freeze. Needs root and loop devices; skips otherwise.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -60,12 +61,21 @@ TEST_F(LiveMountTest, FreezesProbesThawsAndFindsTheDisksOwnDeletedFile) {
   std::filesystem::remove(file);
   ASSERT_TRUE(RunProcessChecked({"sync", "-f", mnt_}).ok());
 
+  struct stat st;
+  ASSERT_EQ(stat(img_.c_str(), &st), 0);
+  const uint64_t allocated_before = static_cast<uint64_t>(st.st_blocks) * 512;
   auto r = Audit();
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   EXPECT_TRUE(r->frozen);
   EXPECT_EQ(r->mountpoint, mnt_);
   EXPECT_TRUE(r->allocation_unchanged);
   EXPECT_GT(r->probed_regions, 100u);
+  // BLKDISCARD works on the mounted, frozen device (as in the guest): every probed region was
+  // given back, and the loop device's backing file holds no more than before (less: the deleted
+  // file's regions are holes now).
+  EXPECT_EQ(r->given_back_regions, r->probed_regions);
+  ASSERT_EQ(stat(img_.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, allocated_before);
   // 1 MiB of the disk's own deleted file sits in free blocks: at least 14 whole regions' worth.
   EXPECT_GE(r->bytes.foreign, 14 * (kRegionSize - kProbeSize));
   EXPECT_FALSE(r->Clean());

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "audit/ext4.h"
@@ -122,10 +124,137 @@ Result<std::unique_ptr<BaseImage>> OpenRawBaseImage(const std::string& path) {
   return std::unique_ptr<BaseImage>(new RawBaseImage(std::move(dev)));
 }
 
+namespace {
+
+// Picks which free regions to probe; see probe.h. `pick[r]` is true for a probed region index.
+struct SamplePlan {
+  std::vector<bool> pick;
+  uint64_t windows = 0;
+  uint64_t sampled_windows = 0;
+  uint64_t sampled_window_free = 0;
+  uint64_t count = 0;
+};
+
+SamplePlan PlanSample(const std::vector<bool>& free, const AuditOptions& options) {
+  constexpr uint64_t kPerWindow = kSampleWindowBytes / kRegionSize;
+  const uint64_t regions = free.size();
+  SamplePlan plan;
+  // Free regions per window.
+  std::vector<uint64_t> window_free((regions + kPerWindow - 1) / kPerWindow, 0);
+  for (uint64_t r = 0; r < regions; ++r) window_free[r / kPerWindow] += free[r];
+  std::vector<uint64_t> candidates;
+  for (uint64_t w = 0; w < window_free.size(); ++w) {
+    if (window_free[w] > 0) candidates.push_back(w);
+  }
+  plan.windows = candidates.size();
+  if (options.exhaustive) {
+    plan.pick = free;
+    plan.sampled_windows = plan.windows;
+    for (uint64_t w : candidates) plan.sampled_window_free += window_free[w];
+    plan.count = plan.sampled_window_free;
+    return plan;
+  }
+  uint64_t state = 0;
+  for (uint8_t b : options.run_id) state = state * 257 + b;
+  auto below = [&state](uint64_t n) { return n == 0 ? 0 : SplitMix(state) % n; };
+  // Windows: all of them, or one at random from each of `sample_windows` equal runs of the
+  // candidates (so the sampled windows spread over the whole device).
+  std::vector<uint64_t> chosen;
+  const uint64_t want_windows = std::max<uint64_t>(1, options.sample_windows);
+  if (candidates.size() <= want_windows) {
+    chosen = candidates;
+  } else {
+    for (uint64_t k = 0; k < want_windows; ++k) {
+      uint64_t lo = k * candidates.size() / want_windows;
+      uint64_t hi = (k + 1) * candidates.size() / want_windows;
+      chosen.push_back(candidates[lo + below(hi - lo)]);
+    }
+  }
+  plan.sampled_windows = chosen.size();
+  plan.pick.assign(regions, false);
+  std::vector<uint64_t> pool;  // free region indices inside the chosen windows, in device order
+  for (uint64_t w : chosen) {
+    for (uint64_t r = w * kPerWindow; r < std::min(regions, (w + 1) * kPerWindow); ++r) {
+      if (free[r]) pool.push_back(r);
+    }
+    plan.sampled_window_free += window_free[w];
+  }
+  const uint64_t n = std::min<uint64_t>(std::max<uint64_t>(1, options.sample_regions), pool.size());
+  // One region at random from each of n equal runs of the pool (stratified: spread and random).
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t lo = k * pool.size() / n, hi = (k + 1) * pool.size() / n;
+    uint64_t at = lo + below(hi - lo);
+    plan.pick[pool[at]] = true;
+  }
+  plan.count = n;
+  return plan;
+}
+
+std::string Percent(double f) {
+  char buf[32];
+  if (f >= 0.01) std::snprintf(buf, sizeof buf, "%.1f%%", f * 100);
+  else if (f >= 0.0001) std::snprintf(buf, sizeof buf, "%.2f%%", f * 100);
+  else std::snprintf(buf, sizeof buf, "%.4f%%", f * 100);
+  return buf;
+}
+
+std::string Size(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(uint64_t{1} << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t PeakAllocationBound(uint64_t device_bytes, const AuditOptions& options) {
+  uint64_t windows = (device_bytes + kSampleWindowBytes - 1) / kSampleWindowBytes;
+  if (!options.exhaustive) windows = std::min(windows, std::max<uint64_t>(1, options.sample_windows));
+  // Regions not given back, the one in flight, an L2 table per window and one refcount block.
+  uint64_t not_back = options.max_not_given_back_bytes / kRegionSize * kRegionSize;
+  return not_back + kRegionSize + (windows + 1) * kWindowMetadataBytes;
+}
+
+SampleStatement DescribeSample(const DiskReport& d) {
+  SampleStatement s;
+  const uint64_t free_bytes = d.free_regions * kRegionSize;
+  const bool complete = d.stopped.empty();
+  if (d.probed_regions == 0) {
+    s.fraction_95 = 1;
+    s.can = "nothing: no free region was probed";
+    s.cannot = "anything about the free space";
+    return s;
+  }
+  if (complete && d.probed_regions == d.free_regions) {  // every free region, asked or not
+    s.fraction_95 = 0;
+    s.can = "foreign bytes in any free 64 KiB region of this disk at the time of the audit (every "
+            "one of the " + std::to_string(d.free_regions) + " was probed)";
+    s.cannot = "residue in blocks the filesystem has in use, or in free blocks of regions that are "
+               "partly in use";
+    return s;
+  }
+  s.fraction_95 = 1 - std::pow(0.05, 1.0 / static_cast<double>(d.probed_regions));
+  s.can = "if " + Percent(s.fraction_95) + " or more of the free regions (" +
+          Size(static_cast<uint64_t>(s.fraction_95 * free_bytes)) + " of " + Size(free_bytes) +
+          ") held foreign data spread over the disk, " + std::to_string(d.probed_regions) +
+          " random probes would have found it with 95% probability";
+  s.cannot = "a few foreign regions among the " + std::to_string(d.free_regions - d.probed_regions) +
+             " free regions not probed" +
+             (d.sampled_windows < d.windows
+                  ? ", or foreign data only in the free space outside the " +
+                        std::to_string(d.sampled_windows) + " sampled 512 MiB windows (of " +
+                        std::to_string(d.windows) + ")"
+                  : std::string()) +
+             (complete ? "" : std::string(" (the audit stopped early: ") + d.stopped + ")") +
+             "; `--exhaustive` probes every free region";
+  return s;
+}
+
 Result<DiskReport> AuditDevice(Device& device, const AuditOptions& options) {
   DiskReport report;
   report.kind = options.kind;
   report.device_bytes = device.size();
+  report.exhaustive = options.exhaustive;
   ASSIGN_OR_RETURN(Ext4Map map, ReadExt4Map(device));
   report.block_size = map.block_size();
   report.fs_blocks = map.blocks_count();
@@ -133,38 +262,61 @@ Result<DiskReport> AuditDevice(Device& device, const AuditOptions& options) {
 
   const uint64_t fs_bytes = std::min(device.size(), map.blocks_count() * map.block_size());
   const uint64_t region_count = fs_bytes / kRegionSize;
+  std::vector<bool> free(region_count, false);
   for (uint64_t r = 0; r < region_count; ++r) {
-    if (map.RangeFree(r * kRegionSize, kRegionSize)) ++report.free_regions;
+    free[r] = map.RangeFree(r * kRegionSize, kRegionSize);
+    report.free_regions += free[r];
   }
-  const uint64_t want =
-      options.max_regions == 0 ? report.free_regions : std::min(options.max_regions, report.free_regions);
+  report.requested_regions = options.exhaustive ? report.free_regions : options.sample_regions;
+  const SamplePlan plan = PlanSample(free, options);
+  report.windows = plan.windows;
+  report.sampled_windows = plan.sampled_windows;
+  report.sampled_window_free_regions = plan.sampled_window_free;
+  const uint64_t not_given_back_max = options.max_not_given_back_bytes / kRegionSize;
+  const uint64_t progress_step = std::max<uint64_t>(1, plan.count / 100);
+  if (options.progress) options.progress(0, plan.count);
 
   std::vector<uint8_t> region(kRegionSize);
   uint8_t saved[kProbeSize];
-  uint64_t free_index = 0;  // index among free regions
-  uint64_t next_pick = 0;   // k-th pick is free region floor(k * free / want)
-  for (uint64_t r = 0; r < region_count && report.probed_regions < want; ++r) {
+  uint8_t again[kProbeSize];
+  for (uint64_t r = 0; r < region_count; ++r) {
+    if (!plan.pick[r]) continue;
+    if (report.not_given_back_regions >= not_given_back_max) {
+      report.stopped = kStoppedNotGivenBack;
+      break;
+    }
+    if (options.deadline && std::chrono::steady_clock::now() >= *options.deadline) {
+      report.stopped = kStoppedTimeLimit;
+      break;
+    }
     const uint64_t off = r * kRegionSize;
-    if (!map.RangeFree(off, kRegionSize)) continue;
-    uint64_t target = want == report.free_regions ? next_pick : next_pick * report.free_regions / want;
-    if (free_index++ != target) continue;
-    ++next_pick;
-
-    // The invariant the whole audit rests on: we only ever write blocks the bitmap says are free.
-    if (!map.RangeFree(off, kProbeSize)) {
+    // The invariant the whole audit rests on: we only ever write or discard blocks the bitmap
+    // says are free.
+    if (!map.RangeFree(off, kRegionSize)) {
       return Error(ErrorCode::kInternal, "refusing to write in-use block at " + std::to_string(off));
     }
     RETURN_IF_ERROR(device.ReadAt(off, saved, kProbeSize));
     const std::string probe = ProbeBlock(options.run_id, off);
-    RETURN_IF_ERROR(device.WriteAt(off, reinterpret_cast<const uint8_t*>(probe.data()), kProbeSize));
+    const auto* probe_bytes = reinterpret_cast<const uint8_t*>(probe.data());
+    RETURN_IF_ERROR(device.WriteAt(off, probe_bytes, kProbeSize));
     ++report.probe_writes;
     RETURN_IF_ERROR(device.ReadAt(off, region.data(), kRegionSize));
-    // Put back what the free block held before (the filesystem owns none of it).
-    if (!map.RangeFree(off, kProbeSize)) {
-      return Error(ErrorCode::kInternal, "refusing to write in-use block at " + std::to_string(off));
+    // Give the region back at once: the layer below frees what the probe made it allocate. The
+    // probe block reading back unchanged means the discard was ignored: put back what the free
+    // block held before (the filesystem owns none of it) and count it.
+    Status discarded = device.Discard(off, kRegionSize);
+    bool given_back = false;
+    if (discarded.ok()) {
+      RETURN_IF_ERROR(device.ReadAt(off, again, kProbeSize));
+      given_back = std::memcmp(again, probe_bytes, kProbeSize) != 0;
     }
-    RETURN_IF_ERROR(device.WriteAt(off, saved, kProbeSize));
-    ++report.probe_writes;
+    if (given_back) {
+      ++report.given_back_regions;
+    } else {
+      RETURN_IF_ERROR(device.WriteAt(off, saved, kProbeSize));
+      ++report.probe_writes;
+      ++report.not_given_back_regions;
+    }
     ++report.probed_regions;
 
     ByteCounts& c = report.bytes;
@@ -172,13 +324,12 @@ Result<DiskReport> AuditDevice(Device& device, const AuditOptions& options) {
     // Block 0: this run's probe.
     {
       const uint8_t* got = region.data();
-      const auto* exp = reinterpret_cast<const uint8_t*>(probe.data());
-      if (std::memcmp(got, exp, kProbeSize) == 0) {
+      if (std::memcmp(got, probe_bytes, kProbeSize) == 0) {
         c.probe += kProbeSize;
       } else {
         ++report.probe_mismatch_blocks;
         for (size_t i = 0; i < kProbeSize; ++i) {
-          if (got[i] == exp[i]) ++c.probe;
+          if (got[i] == probe_bytes[i]) ++c.probe;
           else if (got[i] == 0) ++c.zero;
           else ++c.foreign;
         }
@@ -217,6 +368,12 @@ Result<DiskReport> AuditDevice(Device& device, const AuditOptions& options) {
     if (c.foreign != foreign_before && report.foreign_regions.size() < options.max_listed_regions) {
       report.foreign_regions.push_back(off);
     }
+    if (options.progress && report.probed_regions % progress_step == 0) {
+      options.progress(report.probed_regions, plan.count);
+    }
+  }
+  if (options.progress && report.probed_regions % progress_step != 0) {
+    options.progress(report.probed_regions, plan.count);
   }
   RETURN_IF_ERROR(device.Sync());
   ASSIGN_OR_RETURN(Ext4Map after, ReadExt4Map(device));

@@ -72,6 +72,30 @@ Result<DiskReport> ParseDisk(const json& d) {
   ASSIGN_OR_RETURN(r.free_regions, U64(d, "free_regions", max_regions));
   ASSIGN_OR_RETURN(r.probed_regions, U64(d, "probed_regions", r.free_regions));
   ASSIGN_OR_RETURN(r.probe_writes, U64(d, "probe_writes", 2 * r.probed_regions));
+  auto sm = d.find("sample");
+  if (sm == d.end() || !sm->is_object()) return Bad("missing sample");
+  ASSIGN_OR_RETURN(r.exhaustive, Bool(*sm, "exhaustive"));
+  ASSIGN_OR_RETURN(r.requested_regions, U64(*sm, "requested_regions", uint64_t{1} << 40));
+  const uint64_t max_windows = r.device_bytes / kSampleWindowBytes + 1;
+  ASSIGN_OR_RETURN(r.windows, U64(*sm, "windows", max_windows));
+  ASSIGN_OR_RETURN(r.sampled_windows, U64(*sm, "sampled_windows", r.windows));
+  ASSIGN_OR_RETURN(r.sampled_window_free_regions,
+                   U64(*sm, "sampled_window_free_regions", r.free_regions));
+  if (r.probed_regions > r.sampled_window_free_regions) {
+    return Bad("more regions probed than the sampled windows hold");
+  }
+  ASSIGN_OR_RETURN(r.stopped, Str(*sm, "stopped", 32));
+  if (!r.stopped.empty() && r.stopped != kStoppedNotGivenBack && r.stopped != kStoppedTimeLimit) {
+    return Bad("unknown stop reason");
+  }
+  ASSIGN_OR_RETURN(r.given_back_regions, U64(d, "given_back_regions", r.probed_regions));
+  ASSIGN_OR_RETURN(r.not_given_back_regions, U64(d, "not_given_back_regions", r.probed_regions));
+  if (r.given_back_regions + r.not_given_back_regions != r.probed_regions) {
+    return Bad("given-back counts of " + r.device + " do not add up to the probed regions");
+  }
+  if (r.probe_writes != r.probed_regions + r.not_given_back_regions) {
+    return Bad("probe writes of " + r.device + " do not match the probed regions");
+  }
   ASSIGN_OR_RETURN(r.in_use_blocks_written, U64(d, "in_use_blocks_written"));
   ASSIGN_OR_RETURN(r.allocation_unchanged, Bool(d, "allocation_unchanged"));
   ASSIGN_OR_RETURN(r.probe_mismatch_blocks, U64(d, "probe_mismatch_blocks", r.probed_regions));
@@ -135,6 +159,7 @@ nlohmann::json ReportToJson(const AuditReport& report) {
     for (const auto& u : d.unresolved) {
       un.push_back({{"offset", u.offset}, {"sha256", HexOf(u.sha256.data(), 32)}, {"zero_bytes", u.zero_bytes}});
     }
+    const SampleStatement st = DescribeSample(d);
     disks.push_back({
         {"device", d.device},
         {"kind", DiskKindName(d.kind)},
@@ -147,6 +172,20 @@ nlohmann::json ReportToJson(const AuditReport& report) {
         {"free_regions", d.free_regions},
         {"probed_regions", d.probed_regions},
         {"probe_writes", d.probe_writes},
+        {"sample",
+         {{"exhaustive", d.exhaustive},
+          {"requested_regions", d.requested_regions},
+          {"windows", d.windows},
+          {"sampled_windows", d.sampled_windows},
+          {"window_bytes", kSampleWindowBytes},
+          {"sampled_window_free_regions", d.sampled_window_free_regions},
+          {"stopped", d.stopped},
+          // Derived from the figures above (recomputed by whoever re-encodes; never parsed).
+          {"rules_out_fraction_95", st.fraction_95},
+          {"can_rule_out", st.can},
+          {"cannot_rule_out", st.cannot}}},
+        {"given_back_regions", d.given_back_regions},
+        {"not_given_back_regions", d.not_given_back_regions},
         {"in_use_blocks_written", d.in_use_blocks_written},
         {"allocation_unchanged", d.allocation_unchanged},
         {"probe_mismatch_blocks", d.probe_mismatch_blocks},
@@ -197,10 +236,29 @@ std::string RenderReport(const AuditReport& report, DiskHistory history) {
     o << d.device << " (" << DiskKindName(d.kind) << " disk, " << FormatSize(d.device_bytes);
     if (!d.mountpoint.empty()) o << ", mounted at " << d.mountpoint << (d.frozen ? ", frozen while probing" : "");
     o << ")\n";
-    o << "  free 64 KiB regions: " << d.free_regions << ", probed: " << d.probed_regions << "\n";
-    o << "  wrote " << d.probe_writes << " blocks of 4 KiB (probe + restore), each into blocks the bitmap "
-      << "marks free; blocks in use written: " << d.in_use_blocks_written
+    const SampleStatement st = DescribeSample(d);
+    o << "  free 64 KiB regions: " << d.free_regions << ", probed: " << d.probed_regions;
+    if (d.exhaustive) {
+      o << " (exhaustive: every free region)";
+    } else {
+      o << " (a random sample of " << d.requested_regions << " asked, from " << d.sampled_windows
+        << " of the " << d.windows << " 512 MiB windows that hold free space, spread over the disk)";
+    }
+    o << "\n";
+    if (d.stopped == kStoppedNotGivenBack) {
+      o << "  STOPPED EARLY: " << d.not_given_back_regions
+        << " probed regions could not be given back (the disk ignores discard); stopped to cap "
+           "the host disk the audit uses\n";
+    } else if (d.stopped == kStoppedTimeLimit) {
+      o << "  STOPPED EARLY: the freeze time limit was near (raise --freeze-timeout)\n";
+    }
+    o << "  rules out: " << st.can << "\n";
+    o << "  cannot rule out: " << st.cannot << "\n";
+    o << "  wrote " << d.probe_writes << " blocks of 4 KiB (probes, and restores where not given back), "
+      << "each into blocks the bitmap marks free; blocks in use written: " << d.in_use_blocks_written
       << "; allocation after probing " << (d.allocation_unchanged ? "unchanged" : "CHANGED") << "\n";
+    o << "  given back to the host by discard right after reading: " << d.given_back_regions
+      << " regions; not given back (restored): " << d.not_given_back_regions << "\n";
     o << "  bytes: probe " << b.probe << ", zero " << b.zero << ", base-image " << b.base_image
       << ", earlier-probe " << b.earlier_probe << ", foreign " << b.foreign;
     if (b.unresolved) o << ", unresolved " << b.unresolved;

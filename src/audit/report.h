@@ -16,7 +16,7 @@
 
 namespace cloister::audit {
 
-inline constexpr int kReportVersion = 1;
+inline constexpr int kReportVersion = 2;  // 2: the sample and give-back fields
 inline constexpr size_t kMaxReportBytes = 16 << 20;
 inline constexpr size_t kMaxDisks = 8;
 inline constexpr size_t kMaxUnresolvedPerDisk = 65536;
@@ -49,8 +49,8 @@ enum class DiskHistory {
   kUsed,     // has run before: foreign bytes can be the workspace's own deleted files
 };
 
-// Human-readable report: per disk, the counts, what was written, and what foreign means
-// (see docs/design.md "Residue audit").
+// Human-readable report: per disk, the sample and what it can and cannot rule out, the counts,
+// what was written and given back, and what foreign means (see docs/design.md "Residue audit").
 std::string RenderReport(const AuditReport& report, DiskHistory history);
 
 }  // namespace cloister::audit

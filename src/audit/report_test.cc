@@ -49,7 +49,13 @@ DiskReport SampleDisk() {
   d.free_blocks = 10000;
   d.free_regions = 600;
   d.probed_regions = 2;
-  d.probe_writes = 4;
+  d.probe_writes = 3;
+  d.given_back_regions = 1;
+  d.not_given_back_regions = 1;
+  d.requested_regions = 1024;
+  d.windows = 1;
+  d.sampled_windows = 1;
+  d.sampled_window_free_regions = 600;
   d.allocation_unchanged = true;
   d.bytes.probe = 2 * kProbeSize;
   d.bytes.unresolved = kProbeSize;
@@ -119,6 +125,74 @@ TEST(ReportTest, RejectsHostileShapes) {
   for (int i = 0; i < 9; ++i) j["disks"].push_back(j["disks"][0]);
   EXPECT_FALSE(ParseAuditReport(j.dump()).ok());
   EXPECT_FALSE(ParseAuditReport(std::string(kMaxReportBytes + 1, ' ')).ok());
+}
+
+TEST(ReportTest, SampleAndGiveBackFiguresRoundTripAndMustAddUp) {
+  AuditReport r;
+  DiskReport d = SampleDisk();
+  d.stopped = kStoppedNotGivenBack;
+  r.disks = {d};
+  auto parsed = ParseAuditReport(ReportToJson(r).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  const DiskReport& p = parsed->disks[0];
+  EXPECT_EQ(p.requested_regions, 1024u);
+  EXPECT_EQ(p.given_back_regions, 1u);
+  EXPECT_EQ(p.not_given_back_regions, 1u);
+  EXPECT_EQ(p.sampled_window_free_regions, 600u);
+  EXPECT_EQ(p.stopped, kStoppedNotGivenBack);
+  EXPECT_FALSE(p.exhaustive);
+  auto bad = [](auto mutate) {
+    auto j = SampleJson();
+    mutate(j["disks"][0]);
+    return ParseAuditReport(j.dump()).ok();
+  };
+  EXPECT_TRUE(bad([](nlohmann::json&) {}));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["given_back_regions"] = 2; }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["probe_writes"] = 4; }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["sample"]["stopped"] = "bored"; }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["sample"]["sampled_window_free_regions"] = 1; }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["sample"]["sampled_windows"] = 2; }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d.erase("sample"); }));
+  EXPECT_FALSE(bad([](nlohmann::json& d) { d["sample"]["exhaustive"] = 1; }));
+}
+
+TEST(ReportTest, StatesWhatTheSampleCanAndCannotRuleOut) {
+  DiskReport d = SampleDisk();
+  d.device_bytes = uint64_t{64} << 30;
+  d.free_regions = 1000000;
+  d.probed_regions = 1024;
+  d.windows = 128;
+  d.sampled_windows = 16;
+  SampleStatement st = DescribeSample(d);
+  EXPECT_NEAR(st.fraction_95, 0.00292, 0.00002);  // 1 - 0.05^(1/1024): the rule of three
+  EXPECT_NE(st.can.find("0.29%"), std::string::npos) << st.can;
+  EXPECT_NE(st.cannot.find("16 sampled 512 MiB windows (of 128)"), std::string::npos) << st.cannot;
+  EXPECT_NE(st.cannot.find("among the 998976 free regions not probed"), std::string::npos) << st.cannot;
+  EXPECT_NE(st.cannot.find("--exhaustive"), std::string::npos) << st.cannot;
+  d.probed_regions = 64;
+  EXPECT_GT(DescribeSample(d).fraction_95, 0.04);  // fewer probes rule out less
+  d.exhaustive = true;
+  d.probed_regions = d.free_regions;
+  EXPECT_EQ(DescribeSample(d).fraction_95, 0);
+  EXPECT_NE(DescribeSample(d).can.find("any free 64 KiB region"), std::string::npos);
+  d.stopped = kStoppedTimeLimit;  // an exhaustive audit cut short is a sample, and says so
+  d.probed_regions = 5000;
+  EXPECT_GT(DescribeSample(d).fraction_95, 0);
+  EXPECT_NE(DescribeSample(d).cannot.find("stopped early"), std::string::npos);
+  d.probed_regions = 0;
+  EXPECT_EQ(DescribeSample(d).fraction_95, 1);
+  // The statement is in the text and in the JSON.
+  AuditReport r;
+  r.disks = {SampleDisk()};
+  std::string text = RenderReport(r, DiskHistory::kUnknown);
+  EXPECT_NE(text.find("rules out: "), std::string::npos) << text;
+  EXPECT_NE(text.find("cannot rule out: "), std::string::npos) << text;
+  EXPECT_NE(text.find("a random sample of 1024 asked"), std::string::npos) << text;
+  EXPECT_NE(text.find("not given back (restored): 1"), std::string::npos) << text;
+  auto j = ReportToJson(r);
+  EXPECT_TRUE(j["disks"][0]["sample"]["can_rule_out"].is_string());
+  EXPECT_TRUE(j["disks"][0]["sample"]["cannot_rule_out"].is_string());
+  EXPECT_GT(j["disks"][0]["sample"]["rules_out_fraction_95"].get<double>(), 0.5);
 }
 
 TEST(ReportTest, TextSaysNoInUseBlockWasWrittenAndExplainsForeign) {
