@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 extern char** environ;
@@ -65,6 +66,16 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
     signal(SIGPIPE, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (options.before_exec) {
+      if (int step = options.before_exec(); step != 0) {
+        if (options.before_exec_error) {
+          const char* msg = options.before_exec_error(step);
+          ssize_t ignored = write(2, msg, strlen(msg));
+          (void)ignored;
+        }
+        _exit(125);
+      }
+    }
     if (options.gid) {
       if (setgroups(options.groups.size(), options.groups.empty() ? nullptr : options.groups.data()) != 0 || setresgid(*options.gid, *options.gid, *options.gid) != 0) {
         _exit(126);

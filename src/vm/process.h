@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,12 @@ struct SpawnOptions {
   // The child's whole environment ("NAME=value" each); nullopt: it inherits ours. The program
   // is still looked up on our PATH.
   std::optional<std::vector<std::string>> env;
+  // Run in the child after the fds are in place and before the uid/gid drop and exec (e.g.
+  // QemuJail::Enter, vm/qemu_jail.h). It must make raw system calls only (the parent may be
+  // multithreaded). A non-zero return is written to stderr through `before_exec_error(ret)`, if
+  // set, and the child exits 125 without exec.
+  std::function<int()> before_exec;
+  const char* (*before_exec_error)(int) = nullptr;
 };
 
 // Forks and execs argv[0] (PATH lookup). Returns the child's pid.

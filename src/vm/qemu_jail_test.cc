@@ -1,0 +1,298 @@
+// QemuJail with real processes, real git and real mounts (issue 15 items 2 and 5), as a non-root
+// caller (user + mount namespace, Landlock) and as root (mount namespace, Landlock, uid drop): a
+// shell run exactly as QEMU is (SpawnProcess + before_exec = Enter) plays the compromised QEMU /
+// the guest's writes through 9p. Needs root to make the users' files (label integration).
+#include "vm/qemu_jail.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "base/subprocess.h"
+#include "vm/process.h"
+
+namespace cloister::vm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// No account has these (like QEMU's uids, vm/qemu_access.h).
+constexpr uid_t kUser = 0x5BFE0001;
+constexpr uid_t kQemuUid = 0x5BFE0002;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void Write(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::ofstream(path) << content;
+  chmod(path.c_str(), mode);
+}
+
+void ChownTree(const std::string& path, uid_t uid) {
+  lchown(path.c_str(), uid, uid);
+  for (const auto& e : fs::recursive_directory_iterator(path)) lchown(e.path().c_str(), uid, uid);
+}
+
+std::string Git(const std::string& dir, const std::string& args) {
+  auto r = RunProcess({"sh", "-c", "cd '" + dir + "' && GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c safe.directory='*' " + args + " 2>&1"});
+  return r.ok() ? r->out : r.error().ToString();
+}
+
+// What the jailed shell tries: each line "NAME ok|denied".
+constexpr const char* kScript = R"(
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME=/nonexistent
+export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name ok"; else echo "$name denied"; fi; }
+try read-vault-key cat "$VAULT_KEY"
+try read-ssh-key cat "$SSH_KEY"
+try list-home ls "$USER_HOME"
+try see-agent-socket test -e "$AGENT_SOCK"
+try read-etc-passwd cat /etc/passwd
+cd /proc/self/fd/$PROJ_FD || exit 99
+try read-share cat README
+try write-share sh -c 'echo guest > guest.txt'
+evil="[core]
+	fsmonitor = \"touch $CANARY; false\""
+try write-config sh -c "printf '%s\n' '$evil' >> .git/config"
+try write-config-worktree sh -c "printf '%s\n' '$evil' > .git/config.worktree"
+try write-commondir sh -c 'echo ../evil > .git/commondir'
+try add-hook sh -c 'printf "#!/bin/sh\ntouch $CANARY\n" > .git/hooks/pre-commit'
+try write-info sh -c 'echo x > .git/info/exclude'
+try add-module mkdir .git/modules/evil
+try write-module-config sh -c "printf '%s\n' '$evil' >> .git/modules/sub/config"
+try add-module-hook sh -c 'echo x > .git/modules/sub/hooks/post-checkout'
+try add-worktree mkdir .git/worktrees/evil
+try rename-gitdir mv .git .git-old
+try remove-config rm -f .git/config
+try rename-hooks mv .git/hooks .git/hooks-old
+try rename-module mv .git/modules/sub .git/modules/sub2
+try module-objects sh -c 'echo x > .git/modules/sub/objects/probe && rm .git/modules/sub/objects/probe'
+try commit git -c user.name=g -c user.email=g@g commit -q --allow-empty -m in-jail
+try branch git branch in-jail-branch
+try push git push -q "$REMOTE" HEAD:refs/heads/pushed
+try fetch git fetch -q "$REMOTE" refs/heads/main:refs/remotes/r/main
+cd /proc/self/fd/$WT_FD || exit 98
+try write-gitfile sh -c 'echo "gitdir: /evil" > .git'
+cd /proc/self/fd/$RO_FD || exit 97
+try read-ro cat README
+try write-ro sh -c 'echo x > planted'
+)";
+
+class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the caller is root
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to make the test users' files";
+    // Not under /tmp: the jail covers /tmp with an empty tmpfs, and git in the shell wants its
+    // working directory's path to resolve.
+    char t[] = "/var/lib/cloister-jail-test.XXXXXX";
+    ASSERT_NE(mkdtemp(t), nullptr);
+    root_ = t;
+    chmod(root_.c_str(), 0755);
+    owner_ = GetParam() ? kQemuUid : kUser;  // whose files QEMU could open if nothing stopped it
+    home_ = root_ + "/home";
+    fs::create_directories(home_ + "/.ssh");
+    fs::create_directories(home_ + "/.local/share/cloister");
+    Write(home_ + "/.ssh/id_ed25519", "SSH-PRIVATE-KEY\n", 0600);
+    Write(home_ + "/.local/share/cloister/vault.key", "VAULT-MASTER-KEY\n", 0600);
+    proj_ = home_ + "/proj";
+    remote_ = home_ + "/proj/remote.git";
+    fs::create_directories(proj_);
+    Write(proj_ + "/README", "project\n");
+    ASSERT_NE(Git(proj_, "init -q -b main ."), "x");
+    ASSERT_EQ(Git(proj_, "-c user.name=h -c user.email=h@h commit -q --allow-empty -m host"), "");
+    // A submodule's git dir, as `git submodule add` leaves it.
+    ASSERT_EQ(Git(root_, "init -q --bare " + proj_ + "/.git/modules/sub"), "");
+    ASSERT_EQ(Git(root_, "init -q --bare -b main " + remote_), "");
+    ASSERT_EQ(Git(proj_, "push -q " + remote_ + " main"), "");
+    wt_ = home_ + "/wt";
+    fs::create_directories(wt_);
+    Write(wt_ + "/.git", "gitdir: " + proj_ + "/.git\n");
+    ro_ = root_ + "/ro";
+    fs::create_directories(ro_);
+    Write(ro_ + "/README", "read-only\n");
+    fs::create_directories("/tmp/cloister-jail-test-agent");
+    Write("/tmp/cloister-jail-test-agent/agent.sock", "");
+    ChownTree(home_, owner_);
+    ChownTree(ro_, owner_);
+    ChownTree(root_ + "/home/proj", GetParam() ? 0 : kUser);  // root's shares stay the user's (root)
+    chmod(home_.c_str(), 0700);
+    if (GetParam()) {  // as root, QEMU's uid writes a share where the folder lets it (0777 here)
+      for (const auto& e : fs::recursive_directory_iterator(proj_)) chmod(e.path().c_str(), e.is_directory() ? 0777 : 0666);
+      chmod(proj_.c_str(), 0777);
+      chmod(home_.c_str(), 0711);
+      ChownTree(wt_, 0);
+      chmod(wt_.c_str(), 0777);
+      chmod((wt_ + "/.git").c_str(), 0666);
+      ChownTree(remote_, kQemuUid);  // the remote side of a local push does not inherit -c
+    }
+  }
+  void TearDown() override {
+    if (!root_.empty()) fs::remove_all(root_);
+    fs::remove_all("/tmp/cloister-jail-test-agent");
+  }
+
+  // Runs kScript in the jail; as the non-root user when the caller is not root. Returns each
+  // "NAME ok|denied" line as a map, and the jail's mounts in *mounts.
+  std::map<std::string, std::string> RunJailed(std::vector<JailMount>* mounts, std::string* log) {
+    std::string out = root_ + "/out.txt";
+    Write(out, "", 0666);
+    int pipefd[2];
+    EXPECT_EQ(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(pipefd[0]);
+      if (!GetParam()) {
+        if (setgroups(0, nullptr) != 0 || setresgid(kUser, kUser, kUser) != 0 ||
+            setresuid(kUser, kUser, kUser) != 0) _exit(120);
+        prctl(PR_SET_DUMPABLE, 1);  // as a user's own CLI is (the uid change cleared it)
+      }
+      int proj = open(proj_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int wt = open(wt_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int ro = open(ro_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (proj < 0 || wt < 0 || ro < 0) _exit(121);
+      JailSpec spec;
+      spec.shares = {{proj_, proj, false}, {wt_, wt, false}, {ro_, ro, true}};
+      auto jail = QemuJail::Prepare(spec);
+      if (!jail.ok()) {
+        std::string e = "PREPARE " + jail.error().ToString() + "\n";
+        (void)!write(pipefd[1], e.data(), e.size());
+        _exit(122);
+      }
+      for (const JailMount& m : (*jail)->mounts()) {
+        std::string line = "MOUNT " + m.relative + (m.read_only ? " ro" : " pin") + "\n";
+        (void)!write(pipefd[1], line.data(), line.size());
+      }
+      setenv("VAULT_KEY", (home_ + "/.local/share/cloister/vault.key").c_str(), 1);
+      setenv("SSH_KEY", (home_ + "/.ssh/id_ed25519").c_str(), 1);
+      setenv("USER_HOME", home_.c_str(), 1);
+      setenv("AGENT_SOCK", "/tmp/cloister-jail-test-agent/agent.sock", 1);
+      setenv("PROJ_FD", std::to_string(proj).c_str(), 1);
+      setenv("WT_FD", std::to_string(wt).c_str(), 1);
+      setenv("RO_FD", std::to_string(ro).c_str(), 1);
+      setenv("REMOTE", remote_.c_str(), 1);
+      setenv("CANARY", (root_ + "/canary").c_str(), 1);
+      SpawnOptions so;
+      so.stdout_path = out;
+      so.keep_fds = {proj, wt, ro};
+      const QemuJail* j = jail->get();
+      so.before_exec = [j] { return j->Enter(); };
+      so.before_exec_error = &QemuJail::StepName;
+      if (GetParam()) {
+        so.uid = kQemuUid;
+        so.gid = kQemuUid;
+      }
+      auto child = SpawnProcess({"sh", "-c", kScript}, so);
+      if (!child.ok()) _exit(123);
+      auto st = WaitChild(*child, std::chrono::minutes(5));
+      _exit(st ? *st : 124);
+    }
+    close(pipefd[1]);
+    std::string info;
+    char buf[4096];
+    for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) info.append(buf, n);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *log = info + Read(out);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << *log;
+    std::map<std::string, std::string> result;
+    std::istringstream lines(Read(out));
+    for (std::string line; std::getline(lines, line);) {
+      auto sp = line.rfind(' ');
+      if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
+    }
+    std::istringstream ml(info);
+    for (std::string line; std::getline(ml, line);) {
+      if (line.rfind("MOUNT ", 0) == 0) mounts->push_back({proj_, line.substr(6), false, false});
+    }
+    return result;
+  }
+
+  std::string root_, home_, proj_, remote_, wt_, ro_;
+  uid_t owner_ = 0;
+};
+
+TEST_P(QemuJailTest, GuestCannotPlantHostGitCodeAndQemuOpensNoFileByPath) {
+  std::vector<JailMount> mounts;
+  std::string log;
+  auto r = RunJailed(&mounts, &log);
+  ASSERT_FALSE(r.empty()) << log;
+  // Not vacuous: what QEMU must be able to do still works.
+  EXPECT_EQ(r["read-share"], "ok") << log;
+  EXPECT_EQ(r["write-share"], "ok") << log;
+  EXPECT_EQ(r["read-ro"], "ok") << log;
+  EXPECT_EQ(r["module-objects"], "ok") << log;
+  for (const char* op : {"commit", "branch", "push", "fetch"}) EXPECT_EQ(r[op], "ok") << op << "\n" << log;
+  // Item 5: no file by path (the planted keys are the would-be QEMU's own uid's files).
+  for (const char* op : {"read-vault-key", "read-ssh-key", "list-home", "see-agent-socket", "read-etc-passwd"}) {
+    EXPECT_EQ(r[op], "denied") << op << "\n" << log;
+  }
+  // Item 2: every path host git executes from is read-only to the guest.
+  for (const char* op : {"write-config", "write-config-worktree", "write-commondir", "add-hook",
+                         "write-info", "add-module", "write-module-config", "add-module-hook",
+                         "add-worktree", "rename-gitdir", "remove-config", "rename-hooks",
+                         "rename-module", "write-gitfile", "write-ro"}) {
+    EXPECT_EQ(r[op], "denied") << op << "\n" << log;
+  }
+  EXPECT_FALSE(fs::exists(ro_ + "/planted"));
+  EXPECT_EQ(Read(wt_ + "/.git"), "gitdir: " + proj_ + "/.git\n");
+  // The guest's commits, branches and pushes landed; host git in the folder runs nothing.
+  EXPECT_NE(Git(proj_, "log --oneline main").find("in-jail"), std::string::npos);
+  EXPECT_NE(Git(proj_, "branch").find("in-jail-branch"), std::string::npos);
+  EXPECT_NE(Git(remote_, "branch").find("pushed"), std::string::npos);
+  std::string status = Git(proj_, "status --porcelain");
+  EXPECT_EQ(status.find("fatal"), std::string::npos) << status;
+  EXPECT_EQ(Git(proj_, "-c user.name=h -c user.email=h@h commit -q --allow-empty -m host2"), "");
+  EXPECT_FALSE(fs::exists(root_ + "/canary")) << "host git ran the guest's code";
+  EXPECT_EQ(Read(proj_ + "/.git/commondir"), ".\n");
+  EXPECT_TRUE(fs::is_directory(proj_ + "/.git/modules/sub/hooks"));
+  // Nothing of the jail reached the host's mount table.
+  EXPECT_EQ(Read("/proc/self/mountinfo").find(proj_), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Caller, QemuJailTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Root" : "User"; });
+
+// A guest-planted symlink at a protected path refuses the boot (nothing is followed).
+TEST(QemuJailPrepareTest, SymlinkAtAProtectedPathIsRefused) {
+  char t[] = "/var/tmp/cloister-jail-sym.XXXXXX";
+  ASSERT_NE(mkdtemp(t), nullptr);
+  std::string root = t;
+  fs::create_directories(root + "/.git/hooks");
+  Write(root + "/.git/HEAD", "ref: refs/heads/main\n");
+  fs::create_symlink("/etc/passwd", root + "/.git/config");
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  JailSpec spec;
+  spec.shares = {{root, fd, false}};
+  auto jail = QemuJail::Prepare(spec);
+  ASSERT_FALSE(jail.ok());
+  EXPECT_NE(jail.error().message().find(".git/config is not a regular file"), std::string::npos)
+      << jail.error().ToString();
+  EXPECT_NE(jail.error().hint().find(":ro"), std::string::npos);
+  close(fd);
+  fs::remove(root + "/.git/config");
+  fs::create_symlink("/etc", root + "/.git/info");
+  fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  spec.shares = {{root, fd, false}};
+  EXPECT_FALSE(QemuJail::Prepare(spec).ok());
+  close(fd);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace cloister::vm
