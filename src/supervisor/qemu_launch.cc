@@ -9,6 +9,7 @@
 #include "supervisor/environment.h"
 #include "vm/process.h"
 #include "vm/qemu_access.h"
+#include "vm/qemu_jail.h"
 
 namespace cloister::vm {
 
@@ -28,6 +29,8 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   // fd we pass, and as root it runs under the workspace's own unprivileged uid.
   ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityFor(spec.mac, spec.accel == Accel::kKvm));
   QemuFds fds;
+  // SECURITY: QEMU runs in its own mount namespace and Landlock ruleset (vm/qemu_jail.h).
+  JailSpec jail{.kvm = spec.accel == Accel::kKvm};
   auto pass_disk = [&](const BootFd& d) -> Result<DiskSpec> {
     ASSIGN_OR_RETURN(std::vector<DiskSpec> chain,
                      ReadBackingChain(d.path, d.format, plan.backing_dirs, plan.backing_files));
@@ -58,14 +61,16 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
     }
     switch (f.slot) {
       case Slot::kMetaDisk: spec.meta_disk = name; break;
-      case Slot::kKernel: spec.kernel = name; break;
-      case Slot::kInitrd: spec.initrd = name; break;
+      case Slot::kKernel: spec.kernel = name; jail.read_fds.push_back(fds.fds().back()); break;
+      case Slot::kInitrd: spec.initrd = name; jail.read_fds.push_back(fds.fds().back()); break;
       case Slot::kShare:
         if (f.share >= spec.shares.size()) {
           return Error(ErrorCode::kInternal, "boot plan: share " + std::to_string(f.share) +
                                                  " of " + std::to_string(spec.shares.size()));
         }
         spec.shares[f.share].host_path = name;
+        // The jail reopens it inside QEMU's namespace (the fd number stays).
+        jail.shares.push_back({f.path, fds.fds().back(), spec.shares[f.share].readonly});
         break;
       case Slot::kConsoleLog: spec.console_log = name; break;
       case Slot::kSystemDisk:
@@ -78,6 +83,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   spec.channel_listen_fd = fds.AddListener(channel_listen);
   spec.fd_sets = fds.fd_sets();
   ASSIGN_OR_RETURN(std::vector<std::string> argv, BuildQemuArgv(spec));
+  ASSIGN_OR_RETURN(std::unique_ptr<QemuJail> qemu_jail, QemuJail::Prepare(jail));
 
   if (options.progress) {
     options.progress(std::string(resume ? "resuming" : "starting") + " QEMU (" +
@@ -96,6 +102,8 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   // SECURITY: QEMU gets PATH and LANG=C, nothing of the supervisor's environment
   // (supervisor/environment.h).
   so.env = QemuEnvironment();
+  so.before_exec = [j = qemu_jail.get()] { return j->Enter(); };
+  so.before_exec_error = &QemuJail::StepName;
   if (ident.drop) {
     so.uid = ident.uid;
     so.gid = ident.gid;

@@ -478,7 +478,18 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   fs::create_directories(ro);
   ASSERT_TRUE(Env::Default()->WriteFile(ro + "/root-only", "secret\n").ok());
   chmod((ro + "/root-only").c_str(), 0600);
-  Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{ro, "/mnt/ro", false}});
+  // A repository the guest shares (issue 15 item 2): made by host git, writable by QEMU's uid.
+  std::string repo = root_ + "/repo";
+  std::string canary = root_ + "/canary";
+  auto host_git = [&](const std::string& args) {
+    auto g = RunProcess({"sh", "-c", "cd " + repo + " && GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null "
+                         "git -c user.name=h -c user.email=h@h " + args + " 2>&1"});
+    return g.ok() ? g->out : g.error().ToString();
+  };
+  fs::create_directories(repo);
+  ASSERT_EQ(host_git("init -q -b main . && git commit -q --allow-empty -m host && chmod -R a+rwX ."), "");
+  Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{ro, "/mnt/ro", false},
+                Volume{repo, "/mnt/repo", false}});
 
   // Issue 15 item 3: a key the user exported in the shell that runs cloister reaches neither the
   // supervisor nor QEMU (supervisor/environment.h).
@@ -543,6 +554,12 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
     EXPECT_EQ(sup_env->find("ANTHROPIC_API_KEY"), std::string::npos);
     EXPECT_NE(sup_env->find(std::string("LANG=C") + '\0'), std::string::npos)
         << Join(names(*sup_env), " ");
+    // Its own mount namespace (vm/qemu_jail.h), with the repository's git config read-only.
+    std::string q = "/proc/" + std::to_string(qemu);
+    EXPECT_NE(fs::read_symlink(q + "/ns/mnt"), fs::read_symlink("/proc/self/ns/mnt"));
+    auto mountinfo = Env::Default()->ReadFile(q + "/mountinfo", 1 << 20);
+    ASSERT_TRUE(mountinfo.ok());
+    EXPECT_NE(mountinfo->find(repo + "/.git/config ro,"), std::string::npos) << *mountinfo;
   };
   expect_hardened();
 
@@ -558,6 +575,24 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
     Exec("hq", "echo x > /mnt/ro/planted", &code, "root");
     EXPECT_NE(code, 0);
     EXPECT_FALSE(fs::exists(ro + "/planted"));
+  }
+
+  // The guest (as its root) cannot make host git run code: every write to what host git executes
+  // from fails; its own git still commits and branches; host `git status` then runs nothing.
+  {
+    std::string evil = "printf '[core]\\n\\tfsmonitor = \"touch " + canary + "; false\"\\n'";
+    std::string script = "cd /mnt/repo; for t in .git/config .git/config.worktree .git/commondir "
+                         ".git/hooks/pre-commit .git/info/attributes .git/modules/x/config "
+                         ".git/worktrees/x/commondir; do "
+                         "(mkdir -p $(dirname $t) && " + evil + " >> $t) 2>/dev/null && echo WROTE $t; done; "
+                         "mv .git .git-old 2>/dev/null && echo WROTE rename; "
+                         "git -c user.name=g -c user.email=g@g commit -q --allow-empty -m from-guest && "
+                         "git branch guest-branch && echo COMMITTED";
+    EXPECT_EQ(Exec("hq", script, &code, "root"), "COMMITTED\n");
+    EXPECT_NE(host_git("log --oneline main").find("from-guest"), std::string::npos);
+    EXPECT_NE(host_git("branch").find("guest-branch"), std::string::npos);
+    EXPECT_EQ(host_git("status --porcelain").find("fatal"), std::string::npos);
+    EXPECT_FALSE(fs::exists(canary)) << "host git ran the guest's code";
   }
 
   // exec -it: the caller's window size, then a resize.

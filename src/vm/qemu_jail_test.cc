@@ -78,7 +78,7 @@ try write-module-config sh -c "printf '%s\n' '$evil' >> .git/modules/sub/config"
 try add-module-hook sh -c 'echo x > .git/modules/sub/hooks/post-checkout'
 try add-worktree mkdir .git/worktrees/evil
 try rename-gitdir mv .git .git-old
-try remove-config rm -f .git/config
+try replace-config sh -c 'cp .git/config .git/config.new && mv -f .git/config.new .git/config'
 try rename-hooks mv .git/hooks .git/hooks-old
 try rename-module mv .git/modules/sub .git/modules/sub2
 try module-objects sh -c 'echo x > .git/modules/sub/objects/probe && rm .git/modules/sub/objects/probe'
@@ -245,7 +245,7 @@ TEST_P(QemuJailTest, GuestCannotPlantHostGitCodeAndQemuOpensNoFileByPath) {
   // Item 2: every path host git executes from is read-only to the guest.
   for (const char* op : {"write-config", "write-config-worktree", "write-commondir", "add-hook",
                          "write-info", "add-module", "write-module-config", "add-module-hook",
-                         "add-worktree", "rename-gitdir", "remove-config", "rename-hooks",
+                         "add-worktree", "rename-gitdir", "replace-config", "rename-hooks",
                          "rename-module", "write-gitfile", "write-ro"}) {
     EXPECT_EQ(r[op], "denied") << op << "\n" << log;
   }
