@@ -29,7 +29,8 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cmd->add_option("-v,--volume", o->volumes,
                   "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (repeatable; never modified by "
-                  "cloister's disposal verbs)");
+                  "cloister's disposal verbs). In a shared git repository the guest cannot change "
+                  ".git/config, hooks, info, modules or worktrees (host git must not run its code)");
   cmd->add_option("--tool", o->tool,
                   "The coding agent it runs: " + AgentToolNames() +
                       ". claude and codex are installed in the guest at its first boot (npm, "

@@ -63,7 +63,9 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
                 "Start it and return once QEMU runs, printing NAME (no command, no attach; the "
                 "boot goes on in the background)");
   cmd->add_option("-v,--volume", o->volumes,
-                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created)");
+                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created; "
+                  "in a shared git repository .git/config, hooks, info, modules and worktrees are "
+                  "read-only to the guest)");
   cmd->add_option("--image", o->image, "Base image for a new workspace");
   cmd->add_option("--tool", o->tool,
                   "The coding agent of a new workspace: " + AgentToolNames() +
