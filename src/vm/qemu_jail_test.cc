@@ -125,8 +125,9 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
     ro_ = root_ + "/ro";
     fs::create_directories(ro_);
     Write(ro_ + "/README", "read-only\n");
-    fs::create_directories("/tmp/cloister-jail-test-agent");
-    Write("/tmp/cloister-jail-test-agent/agent.sock", "");
+    agent_dir_ = "/tmp/" + fs::path(root_).filename().string();
+    fs::create_directories(agent_dir_);
+    Write(agent_dir_ + "/agent.sock", "");
     ChownTree(home_, owner_);
     ChownTree(ro_, owner_);
     ChownTree(root_ + "/home/proj", GetParam() ? 0 : kUser);  // root's shares stay the user's (root)
@@ -143,7 +144,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);
-    fs::remove_all("/tmp/cloister-jail-test-agent");
+    if (!agent_dir_.empty()) fs::remove_all(agent_dir_);
   }
 
   // Runs kScript in the jail; as the non-root user when the caller is not root. Returns each
@@ -180,7 +181,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
       setenv("VAULT_KEY", (home_ + "/.local/share/cloister/vault.key").c_str(), 1);
       setenv("SSH_KEY", (home_ + "/.ssh/id_ed25519").c_str(), 1);
       setenv("USER_HOME", home_.c_str(), 1);
-      setenv("AGENT_SOCK", "/tmp/cloister-jail-test-agent/agent.sock", 1);
+      setenv("AGENT_SOCK", (agent_dir_ + "/agent.sock").c_str(), 1);
       setenv("PROJ_FD", std::to_string(proj).c_str(), 1);
       setenv("WT_FD", std::to_string(wt).c_str(), 1);
       setenv("RO_FD", std::to_string(ro).c_str(), 1);
@@ -223,7 +224,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
     return result;
   }
 
-  std::string root_, home_, proj_, remote_, wt_, ro_;
+  std::string root_, home_, proj_, remote_, wt_, ro_, agent_dir_;
   uid_t owner_ = 0;
 };
 
