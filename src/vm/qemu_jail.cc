@@ -309,6 +309,8 @@ Result<std::unique_ptr<QemuJail>> QemuJail::Prepare(const JailSpec& spec) {
     RETURN_IF_ERROR(AddRule(ruleset, "/dev/random", kFsReadFile, false));
     if (spec.kvm) {
       RETURN_IF_ERROR(AddRule(ruleset, "/dev/kvm", kFsReadFile | kFsWriteFile | (fs & kFsIoctlDev), true));
+      // KVM's CPU and module parameters; not exercised here (no usable KVM on the build hosts).
+      RETURN_IF_ERROR(AddRule(ruleset, "/sys", kFsReadFile | kFsReadDir, false));
     }
     for (const std::string& p : spec.extra_read_paths) RETURN_IF_ERROR(AddRule(ruleset, p, read_exec, true));
     for (const JailShare& share : spec.shares) {
