@@ -22,6 +22,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include "store/env.h"
 #include "store/store.h"
 #include "supervisor/launcher.h"
+#include "vm/process.h"
 #include "vm/qemu_access.h"
 #include "supervisor/state.h"
 #include "supervisor/testing.h"
@@ -668,6 +670,88 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   EXPECT_EQ(CheckpointCount("hq"), 2u);
   expect_hardened();
   Stop("hq");
+}
+
+// A non-root CLI (issue 15 item 5): QEMU runs as the user, in a user and mount namespace of its
+// own (no capability, the shared repository's git config a read-only bind, /tmp an empty tmpfs),
+// and the guest's writes to that config fail while the share works. What QEMU can open there is
+// vm_jail_test's (the same jail, with a shell in QEMU's place).
+TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
+  if (geteuid() != 0) GTEST_SKIP() << "makes a temporary account";
+  std::string user = "cl-jail-" + std::to_string(getpid());
+  auto add = RunProcess({"useradd", "-m", "-s", "/bin/sh", user});
+  ASSERT_TRUE(add.ok() && add->exit_code == 0) << (add.ok() ? add->err : add.error().ToString());
+  struct Cleanup {
+    std::string user;
+    pid_t run = -1;
+    ~Cleanup() {
+      if (run > 0 && !TryReap(run)) {
+        kill(run, SIGTERM);  // `run --rm` stops and deletes its workspace
+        if (!WaitChild(run, std::chrono::minutes(2))) kill(run, SIGKILL);
+      }
+      (void)RunProcess({"userdel", "-r", "-f", user});
+    }
+  } cleanup{user};
+  std::string home = "/home/" + user;
+  struct stat hs;
+  ASSERT_EQ(stat(home.c_str(), &hs), 0);
+  std::string ids = "--reuid=" + std::to_string(hs.st_uid);
+  auto as_user = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"setpriv", ids, "--regid=" + std::to_string(hs.st_gid), "--init-groups",
+                               "env", "-i", "HOME=" + home, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"});
+    return argv;
+  };
+  std::string repo = home + "/proj";
+  auto made = RunProcess(as_user({"sh", "-c",
+      "mkdir -p ~/.ssh " + repo + " && echo PLANTED > ~/.ssh/id_ed25519 && chmod 600 ~/.ssh/id_ed25519 && "
+      "cd " + repo + " && git init -q -b main . && git -c user.name=h -c user.email=h@h commit -q "
+      "--allow-empty -m host && chmod -R a+rwX ."}));  // a+rwX: the guest's dev is another uid
+  ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.error().ToString());
+  std::string image = image_dir() + "/disk.raw";
+  auto readable = RunProcess(as_user({"test", "-r", image}));
+  ASSERT_TRUE(readable.ok() && readable->exit_code == 0) << image << " is not readable by " << user;
+
+  std::string out = home + "/run.out";
+  SpawnOptions so;
+  so.stdout_path = out;
+  auto run = SpawnProcess(as_user({exe_, "--store", home + "/store", "run", "--rm", "--accel", "tcg",
+                                   "--image", image, "-v", repo + ":/mnt/proj", "--", "sh", "-c",
+                                   "cd /mnt/proj; echo x >> .git/config || echo CONFIG-DENIED; "
+                                   "echo hi > f && echo SHARE-OK; sleep 100000"}),
+                          so);
+  ASSERT_TRUE(run.ok()) << run.error().ToString();
+  cleanup.run = *run;
+  auto output = [&] { auto o = Env::Default()->ReadFile(out, 1 << 20); return o.ok() ? *o : ""; };
+  EXPECT_TRUE(WaitFor([&] { return output().find("SHARE-OK") != std::string::npos; }, std::chrono::minutes(6)))
+      << output();
+  EXPECT_NE(output().find("CONFIG-DENIED"), std::string::npos) << output();
+  auto pids = RunProcess({"pgrep", "-u", std::to_string(hs.st_uid), "qemu-system"});
+  ASSERT_TRUE(pids.ok());
+  pid_t qemu = atoi(pids->out.c_str());
+  ASSERT_GT(qemu, 0) << output();
+  auto st = ProcStatus(qemu);
+  std::string u = std::to_string(hs.st_uid);
+  EXPECT_EQ(st["Uid"], u + "\t" + u + "\t" + u + "\t" + u);
+  EXPECT_EQ(st["CapEff"], "0000000000000000");
+  EXPECT_EQ(st["NoNewPrivs"], "1");
+  EXPECT_EQ(st["Seccomp"], "2");
+  std::string q = "/proc/" + std::to_string(qemu);
+  EXPECT_NE(fs::read_symlink(q + "/ns/user"), fs::read_symlink("/proc/self/ns/user"));
+  EXPECT_NE(fs::read_symlink(q + "/ns/mnt"), fs::read_symlink("/proc/self/ns/mnt"));
+  auto mountinfo = Env::Default()->ReadFile(q + "/mountinfo", 1 << 20);
+  ASSERT_TRUE(mountinfo.ok());
+  EXPECT_NE(mountinfo->find(repo + "/.git/config ro,"), std::string::npos) << *mountinfo;
+  bool empty_tmp = false;
+  std::istringstream lines(*mountinfo);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" /tmp ") != std::string::npos && line.find(" cloister-empty ") != std::string::npos) empty_tmp = true;
+  }
+  EXPECT_TRUE(empty_tmp) << *mountinfo;
+  EXPECT_EQ(*Env::Default()->ReadFile(repo + "/f"), "hi\n");
+  EXPECT_EQ(Env::Default()->ReadFile(repo + "/.git/config")->find("\nx\n"), std::string::npos);
+  kill(*run, SIGTERM);
+  EXPECT_TRUE(WaitChild(*run, std::chrono::minutes(2)).has_value());
+  cleanup.run = -1;
 }
 
 // `run --rm` after QEMU itself crashes (kill -9 of the qemu process, not of the supervisor).
