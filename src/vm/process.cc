@@ -82,8 +82,10 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
       }
     }
     if (options.uid && setresuid(*options.uid, *options.uid, *options.uid) != 0) _exit(126);
-    if (options.die_with_parent && (options.uid || options.gid)) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // cleared by a credential change; set it again
+    if (options.die_with_parent && (options.uid || options.gid || options.before_exec)) {
+      // Cleared by a credential change (the drop, or one a before_exec makes); set it again.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
     }
     if (options.env) {
       execvpe(cargv[0], cargv.data(), cenv.data());

@@ -165,9 +165,12 @@ class GitDirWalker {
       if (!S_ISREG(st.st_mode)) return Refuse(share_, rel + " is not a regular file");
     } else {
       if (errno != ENOENT) return ErrnoError("stat " + share_ + "/" + rel, errno);
-      int fd = openat(share_fd_, rel.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+      ASSIGN_OR_RETURN(int parent, OpenParent(rel));
+      int fd = openat(parent, Base(rel).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                       0644);
-      if (fd < 0) return ErrnoError("create " + share_ + "/" + rel, errno);
+      int err = errno;
+      close(parent);
+      if (fd < 0) return ErrnoError("create " + share_ + "/" + rel, err);
       bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
       Chown(fd);
       close(fd);
@@ -183,9 +186,11 @@ class GitDirWalker {
       if (!S_ISDIR(st.st_mode)) return Refuse(share_, rel + " is not a directory");
     } else {
       if (errno != ENOENT) return ErrnoError("stat " + share_ + "/" + rel, errno);
-      if (mkdirat(share_fd_, rel.c_str(), 0755) != 0) {
-        return ErrnoError("create " + share_ + "/" + rel, errno);
-      }
+      ASSIGN_OR_RETURN(int parent, OpenParent(rel));
+      int made = mkdirat(parent, Base(rel).c_str(), 0755);
+      int err = errno;
+      close(parent);
+      if (made != 0) return ErrnoError("create " + share_ + "/" + rel, err);
       int fd = OpenBeneath(share_fd_, rel.c_str());
       if (fd >= 0) {
         Chown(fd);
@@ -195,6 +200,20 @@ class GitDirWalker {
     if (add) Add(rel, true, true);
     return OkStatus();
   }
+
+  // The directory holding `rel`, reached without following a symlink (a real directory the walk
+  // already checked, unless something swapped it since: then this fails).
+  Result<int> OpenParent(const std::string& rel) {
+    std::string dir = rel.substr(0, rel.rfind('/'));
+    int path = OpenBeneath(share_fd_, dir.c_str());
+    if (path < 0) return Refuse(share_, dir + " is not a directory reached without symlinks");
+    int fd = openat(path, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = errno;
+    close(path);
+    if (fd < 0) return ErrnoError("open " + share_ + "/" + dir, err);
+    return fd;
+  }
+  static std::string Base(const std::string& rel) { return rel.substr(rel.rfind('/') + 1); }
 
   void Chown(int fd) {
     struct stat owner;

@@ -292,6 +292,33 @@ TEST(QemuJailPrepareTest, SymlinkAtAProtectedPathIsRefused) {
   spec.shares = {{root, fd, false}};
   EXPECT_FALSE(QemuJail::Prepare(spec).ok());
   close(fd);
+  fs::remove(root + "/.git/info");
+  fs::create_directories(root + "/.git/info");
+  fs::create_symlink("/etc", root + "/.git/modules");
+  fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  spec.shares = {{root, fd, false}};
+  auto modules = QemuJail::Prepare(spec);
+  ASSERT_FALSE(modules.ok());
+  EXPECT_NE(modules.error().message().find(".git/modules is not a directory"), std::string::npos)
+      << modules.error().ToString();
+  close(fd);
+  fs::remove_all(root);
+}
+
+// A failed jail step never execs: the child exits 125 and says which step failed.
+TEST(QemuJailPrepareTest, AFailedStepNeverExecs) {
+  char t[] = "/var/tmp/cloister-jail-step.XXXXXX";
+  ASSERT_NE(mkdtemp(t), nullptr);
+  std::string root = t;
+  SpawnOptions so;
+  so.stdout_path = root + "/out";
+  so.before_exec = [] { return 6; };
+  so.before_exec_error = &QemuJail::StepName;
+  auto pid = SpawnProcess({"touch", root + "/ran"}, so);
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(WaitChild(*pid, std::chrono::minutes(1)), std::optional<int>(125));
+  EXPECT_FALSE(fs::exists(root + "/ran"));
+  EXPECT_EQ(Read(root + "/out"), QemuJail::StepName(6));
   fs::remove_all(root);
 }
 
