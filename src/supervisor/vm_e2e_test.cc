@@ -707,14 +707,32 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
       "cd " + repo + " && git init -q -b main . && git -c user.name=h -c user.email=h@h commit -q "
       "--allow-empty -m host && chmod -R a+rwX ."}));  // a+rwX: the guest's dev is another uid
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.error().ToString());
+  // The build tree may be closed to other users (a CI clone under /root): then the user gets
+  // copies of the binaries and the image.
+  std::string exe = exe_;
   std::string image = image_dir() + "/disk.raw";
-  auto readable = RunProcess(as_user({"test", "-r", image}));
-  ASSERT_TRUE(readable.ok() && readable->exit_code == 0) << image << " is not readable by " << user;
+  auto usable = [&](const std::string& path) {
+    auto t = RunProcess(as_user({"test", "-r", path, "-a", "-r", fs::path(path).parent_path().string()}));
+    return t.ok() && t->exit_code == 0;
+  };
+  if (!usable(exe) || !usable(fs::path(exe_).parent_path().string() + "/../guest/cloister-agent")) {
+    fs::create_directories(home + "/bin");
+    fs::copy_file(exe_, home + "/bin/cloister");
+    fs::copy_file(fs::path(exe_).parent_path() / ".." / "guest" / "cloister-agent", home + "/bin/cloister-agent");
+    exe = home + "/bin/cloister";
+  }
+  if (!usable(image)) {
+    auto cp = RunProcess({"cp", "-r", "--sparse=always", image_dir(), home + "/image"});
+    ASSERT_TRUE(cp.ok() && cp->exit_code == 0);
+    image = home + "/image/disk.raw";
+  }
+  ASSERT_TRUE(RunProcess({"chown", "-R", std::to_string(hs.st_uid) + ":" + std::to_string(hs.st_gid), home}).ok());
+  ASSERT_TRUE(usable(exe) && usable(image)) << exe << " " << image;
 
   std::string out = home + "/run.out";
   SpawnOptions so;
   so.stdout_path = out;
-  auto run = SpawnProcess(as_user({exe_, "--store", home + "/store", "run", "--rm", "--accel", "tcg",
+  auto run = SpawnProcess(as_user({exe, "--store", home + "/store", "run", "--rm", "--accel", "tcg",
                                    "--image", image, "-v", repo + ":/mnt/proj", "--", "sh", "-c",
                                    "cd /mnt/proj; echo x >> .git/config || echo CONFIG-DENIED; "
                                    "echo hi > f && echo SHARE-OK; sleep 100000"}),
