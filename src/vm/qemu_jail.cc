@@ -58,10 +58,22 @@ uint64_t FsRightsFor(int abi) {
   return all;
 }
 
+bool WriteAll(const char* path, const char* data);
+
+// What Enter() needs of a user namespace: made, mapped, and able to change mounts (an LSM such as
+// Ubuntu's AppArmor userns restriction lets the unshare succeed but takes the capabilities).
 bool UserNsWorks() {
+  std::string uid_map = std::to_string(getuid()) + " " + std::to_string(getuid()) + " 1\n";
+  std::string gid_map = std::to_string(getgid()) + " " + std::to_string(getgid()) + " 1\n";
   pid_t pid = fork();
   if (pid < 0) return false;
-  if (pid == 0) _exit(unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0 ? 0 : 1);
+  if (pid == 0) {
+    bool ok = unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0 && WriteAll("/proc/self/setgroups", "deny") &&
+              WriteAll("/proc/self/uid_map", uid_map.c_str()) &&
+              WriteAll("/proc/self/gid_map", gid_map.c_str()) &&
+              mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) == 0;
+    _exit(ok ? 0 : 1);
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -254,7 +266,7 @@ JailSupport ProbeJailSupport() {
   s.user_ns = geteuid() == 0 || UserNsWorks();
   s.detail = "Landlock " + (s.landlock_abi > 0 ? "ABI " + std::to_string(s.landlock_abi)
                                                : std::string("unavailable")) +
-             ", unprivileged user namespaces " + (s.user_ns ? "available" : "unavailable");
+             ", unprivileged user namespaces that may mount " + (s.user_ns ? "available" : "unavailable");
   return s;
 }
 
