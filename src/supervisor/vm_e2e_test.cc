@@ -740,9 +740,23 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
   ASSERT_TRUE(run.ok()) << run.error().ToString();
   cleanup.run = *run;
   auto output = [&] { auto o = Env::Default()->ReadFile(out, 1 << 20); return o.ok() ? *o : ""; };
-  EXPECT_TRUE(WaitFor([&] { return output().find("SHARE-OK") != std::string::npos; }, std::chrono::minutes(6)))
-      << output();
+  std::optional<int> ended;  // `run` gave up (QEMU exited, a refusal): no point waiting on
+  auto share_ok = [&] {
+    if (!ended) ended = TryReap(*run);
+    return ended.has_value() || output().find("SHARE-OK") != std::string::npos;
+  };
+  if (!WaitFor(share_ok, std::chrono::minutes(6)) || output().find("SHARE-OK") == std::string::npos) {
+    std::string logs;  // the account's home goes with it: show why here
+    for (const auto& e : fs::recursive_directory_iterator(home + "/store", fs::directory_options::skip_permission_denied)) {
+      std::string n = e.path().filename().string();
+      if (n != "console.log" && n != "supervisor.log") continue;
+      auto text = Env::Default()->ReadFile(e.path().string(), 1 << 20);
+      if (text.ok()) logs += "== " + e.path().string() + "\n" + text->substr(text->size() > 6000 ? text->size() - 6000 : 0);
+    }
+    ADD_FAILURE() << output() << logs;
+  }
   EXPECT_NE(output().find("CONFIG-DENIED"), std::string::npos) << output();
+  ASSERT_FALSE(ended.has_value()) << "run ended early: " << *ended << "\n" << output();
   auto pids = RunProcess({"pgrep", "-u", std::to_string(hs.st_uid), "qemu-system"});
   ASSERT_TRUE(pids.ok());
   pid_t qemu = atoi(pids->out.c_str());
