@@ -149,8 +149,14 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       so.force = true;
       std::ostringstream quiet;
       (void)vm::StopWorkspace(store, o->name, so, quiet);
-      // The exiting supervisor deletes an ephemeral workspace too: while it holds the lock
-      // (busy) or its pid file (running), retry, bounded.
+      // The exiting supervisor deletes an ephemeral workspace too. Wait for it to let go of its
+      // pid file first (bounded: a loaded machine can take long to kill QEMU and clean up; a fixed
+      // 30 s left the workspace behind there), then, while it holds the lock (busy) or its pid
+      // file (running), retry, bounded.
+      auto gone = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+      while (vm::LivePid(paths.supervisor_pid) != 0 && std::chrono::steady_clock::now() < gone) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // bounded wait
+      }
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       Status st = store.Remove(o->name);
       while (!st.ok() && (st.error().code() == ErrorCode::kBusy ||
