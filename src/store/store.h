@@ -54,7 +54,7 @@ struct StoreOptions {
   std::function<Status(const std::string& name, const std::string& workspace_dir)> make_ssh_key;
   // Turns CreateRequest::image into what the system disk is cloned from. Called by Create under
   // the store lock. Empty: ResolveImage (image_ref.h: a raw image path only). The CLI installs
-  // catalog::CatalogImageResolver (catalog/resolve.h): "" means the default image, a name is
+  // cli::CatalogImageResolver (cli/image_resolver.h): "" means the default image, a name is
   // looked up in the verified catalogs, a path containing '/' is a raw image.
   std::function<Result<ImageIdentity>(const std::string& spec)> resolve_image;
 };
