@@ -13,6 +13,7 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
@@ -38,20 +39,26 @@ const std::vector<std::string>& FullPackages() {
 
 std::vector<catalog::PostInstallStep> FullPostInstall() {
   std::vector<catalog::PostInstallStep> steps;
+  // The guest user of the host-guest contract (protocol/contract.h).
+  const std::string user = protocol::kGuestUser, home = protocol::kGuestHome;
+  const std::string uid = std::to_string(protocol::kGuestUid);
+  const std::string gid = std::to_string(protocol::kGuestGid);
   steps.push_back({"user-dev",
-                   "chroot \"$1\" groupadd --gid 1000 dev\n"
-                   "chroot \"$1\" useradd --uid 1000 --gid 1000 --groups sudo --shell /bin/bash "
-                   "--home-dir /home/dev --no-create-home dev\n"
-                   "mkdir -p \"$1/home/dev\"\n"
-                   "chown 1000:1000 \"$1/home/dev\"\n"
-                   "chmod 0755 \"$1/home/dev\"\n"
-                   "printf 'dev ALL=(ALL) NOPASSWD:ALL\\n' > \"$1/etc/sudoers.d/cloister-dev\"\n"
+                   "chroot \"$1\" groupadd --gid " + gid + " " + user + "\n"
+                   "chroot \"$1\" useradd --uid " + uid + " --gid " + gid +
+                       " --groups sudo --shell /bin/bash --home-dir " + home + " --no-create-home " +
+                       user + "\n"
+                       "mkdir -p \"$1" + home + "\"\n"
+                       "chown " + uid + ":" + gid + " \"$1" + home + "\"\n"
+                       "chmod 0755 \"$1" + home + "\"\n"
+                       "printf '" + user + " ALL=(ALL) NOPASSWD:ALL\\n' > \"$1/etc/sudoers.d/cloister-dev\"\n"
                    "chmod 0440 \"$1/etc/sudoers.d/cloister-dev\"\n"});
   steps.push_back({"system",
                    "echo cloister > \"$1/etc/hostname\"\n"
                    "printf '127.0.0.1 localhost\\n127.0.1.1 cloister\\n::1 localhost ip6-localhost "
                    "ip6-loopback\\n' > \"$1/etc/hosts\"\n"
-                   "printf '/dev/vda / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
+                   "printf '" + std::string(protocol::kRootDevice) +
+                       " / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
                    "echo 'C.UTF-8 UTF-8' > \"$1/etc/locale.gen\"\n"
                    "echo 'LANG=C.UTF-8' > \"$1/etc/default/locale\"\n"});
   steps.push_back(BootHookStep());

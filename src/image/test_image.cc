@@ -17,6 +17,7 @@
 #include "image/debs.h"
 #include "image/kmod.h"
 #include "image/npm_tarball.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
@@ -93,16 +94,22 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
                    "  mkdir -p \"$1/$(dirname \"$p\")\"\n"
                    "  ln -s /bin/busybox \"$1/$p\"\n"
                    "done\n"});
+  // The guest user of the host-guest contract (protocol/contract.h).
+  const std::string user = protocol::kGuestUser, home = protocol::kGuestHome;
+  const std::string uid = std::to_string(protocol::kGuestUid);
+  const std::string gid = std::to_string(protocol::kGuestGid);
   steps.push_back({"users",
-                   "mkdir -p \"$1/etc\" \"$1/root\" \"$1/home/dev\"\n"
-                   "printf 'root:x:0:0:root:/root:/bin/sh\\ndev:x:1000:1000:dev:/home/dev:/bin/sh\\n'"
-                   " > \"$1/etc/passwd\"\n"
-                   "printf 'root:x:0:\\ndev:x:1000:\\n' > \"$1/etc/group\"\n"
-                   "printf 'root:*:19000:0:99999:7:::\\ndev:*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
-                   "chmod 0640 \"$1/etc/shadow\"\n"
-                   "chmod 0700 \"$1/root\"\n"
-                   "chown 1000:1000 \"$1/home/dev\"\n"
-                   "chmod 0755 \"$1/home/dev\"\n"});
+                   "mkdir -p \"$1/etc\" \"$1/root\" \"$1" + home + "\"\n"
+                   "printf 'root:x:0:0:root:/root:/bin/sh\\n" + user + ":x:" + uid + ":" + gid + ":" +
+                       user + ":" + home + ":/bin/sh\\n'"
+                       " > \"$1/etc/passwd\"\n"
+                       "printf 'root:x:0:\\n" + user + ":x:" + gid + ":\\n' > \"$1/etc/group\"\n"
+                       "printf 'root:*:19000:0:99999:7:::\\n" + user +
+                       ":*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
+                       "chmod 0640 \"$1/etc/shadow\"\n"
+                       "chmod 0700 \"$1/root\"\n"
+                       "chown " + uid + ":" + gid + " \"$1" + home + "\"\n"
+                       "chmod 0755 \"$1" + home + "\"\n"});
   steps.push_back({"init",
                    "mkdir -p \"$1/dev\" \"$1/proc\" \"$1/sys\" \"$1/run\" \"$1/tmp\" \"$1/etc/init.d\"\n"
                    "chmod 1777 \"$1/tmp\"\n"

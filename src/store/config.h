@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 #include "store/layout.h"
 
 namespace cloister {

@@ -31,9 +31,9 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
   }
   return {{"version", 1},          {"workspace", config.workspace},
           {"hostname", config.workspace}, {"boot_id", config.boot_id},
-          {"user", "dev"},         {"uid", 1000},
-          {"gid", 1000},           {"home", "/home/dev"},
-          {"home_device", "/dev/vdb"}, {"channel_port", "org.cloister.channel.0"},
+          {"user", protocol::kGuestUser}, {"uid", protocol::kGuestUid},
+          {"gid", protocol::kGuestGid}, {"home", protocol::kGuestHome},
+          {"home_device", protocol::kHomeDevice}, {"channel_port", protocol::kChannelPortName},
           {"shares", shares},      {"env", env},
           {"files", files},        {"ca_certificate", config.ca_certificate},
           // Transparent egress is always on (guest/transparent.h): the agent answers DNS with
