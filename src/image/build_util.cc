@@ -38,29 +38,6 @@ void Stages::Done(const std::string& detail) {
   }
 }
 
-Status WriteFile(const std::string& path, std::string_view content, unsigned mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("create " + path, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return ErrnoError("write " + path, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fchmod(fd, mode) != 0) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("chmod " + path, e);
-  }
-  if (close(fd) != 0) return ErrnoError("close " + path, errno);
-  return OkStatus();
-}
-
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoError("open " + path, errno ? errno : ENOENT);

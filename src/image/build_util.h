@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file_util.h"
 #include "base/result.h"
 #include "catalog/entry.h"
 
@@ -35,7 +36,7 @@ class Stages {
   std::chrono::steady_clock::time_point start_;
 };
 
-Status WriteFile(const std::string& path, std::string_view content, unsigned mode = 0644);
+// WriteFile is base/file_util.h's (cloister::WriteFile).
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 64 << 20);
 Status MakeDirs(const std::string& path);
 Status RemoveTree(const std::string& path);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "base/file_util.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
 
@@ -43,29 +44,6 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
                            {"dns_port", kMetaTransparentDnsPort}}},
           {"tool", config.tool},   {"workdir", config.workdir}};
 }
-
-namespace {
-
-Status WriteFile(const std::string& path, const std::string& data, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("create " + path, errno);
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = write(fd, data.data() + off, data.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return ErrnoError("write " + path, err);
-    }
-    off += static_cast<size_t>(w);
-  }
-  fchmod(fd, mode);
-  if (close(fd) != 0) return ErrnoError("close " + path, errno);
-  return OkStatus();
-}
-
-}  // namespace
 
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
                      const MetaConfig& config, const MetaFiles& extra,
