@@ -88,10 +88,7 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
     return Error(ErrorCode::kPermissionDenied, "building the full image needs root (mmdebstrap, chroot)",
                  "run it with sudo, or use `cloister image build --test` for the test image");
   }
-  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
-  RETURN_IF_ERROR(RemoveTree(work));
-  RETURN_IF_ERROR(MakeDirs(work));
-  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  ASSIGN_OR_RETURN(std::string work, FreshWorkDir(o.out_dir, o.work_dir));
   Stages stages(o.progress, 5);
 
   stages.Start("bootstrap (mmdebstrap bookworm, about 2 minutes)");
@@ -136,34 +133,23 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
               FormatSize(fs::file_size(initrd)));
 
   stages.Start("disk (mkfs.ext4 -d)");
+  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kFullDiskSize;
+  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kFullImageName, size));
   std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
-  Ext4Options ext4;
-  ext4.label = "cloister-root";
-  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/uuid");
-  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/hash");
-  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kFullDiskSize;
-  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
   struct stat st;
   uint64_t used = stat(disk.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes) + " (" + FormatSize(used) + " allocated)");
+  stages.Done("raw ext4 " + FormatSize(size) + " (" + FormatSize(used) + " allocated)");
 
   stages.Start("hash");
-  catalog::ImageEntry entry;
-  entry.name = kFullImageName;
   std::string kver;
   {
     RunOptions q;
     auto r = RunProcess({"chroot", root, "dpkg-query", "-W", "-f=${Version}", "linux-image-" + release}, q);
     if (r.ok() && r->success()) kver = Trim(r->out);
   }
-  entry.version = std::string(kFullRecipeVersion) + "+linux-" + (kver.empty() ? release : kver);
-  entry.arch = "amd64";
-  entry.kernel_cmdline = kKernelCmdline;
-  entry.post_install = steps;
-  RETURN_IF_ERROR(AddArtifactDigests(o.out_dir, &entry));
-  RETURN_IF_ERROR(RemoveTree(work));
-  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
-  return entry;
+  return FinishEntry(kFullImageName,
+                     std::string(kFullRecipeVersion) + "+linux-" + (kver.empty() ? release : kver),
+                     steps, o.out_dir, work, stages);
 }
 
 }  // namespace cloister::image

@@ -190,10 +190,7 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
                    "run scripts/install-deps.sh run");
     }
   }
-  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
-  RETURN_IF_ERROR(RemoveTree(work));
-  RETURN_IF_ERROR(MakeDirs(work));
-  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  ASSIGN_OR_RETURN(std::string work, FreshWorkDir(o.out_dir, o.work_dir));
   Stages stages(o.progress, 6);
 
   stages.Start("packages");
@@ -243,28 +240,16 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(order.size()) + " modules");
 
   stages.Start("disk");
-  std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
-  Ext4Options ext4;
-  ext4.label = "cloister-root";
-  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/uuid");
-  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/hash");
-  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
-  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
-  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes));
+  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
+  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kTestImageName, size));
+  stages.Done("raw ext4 " + FormatSize(size));
 
   stages.Start("hash");
-  catalog::ImageEntry entry;
-  entry.name = kTestImageName;
-  entry.version = std::string(kTestRecipeVersion) + "+linux-" + debs.back().version + "+busybox-" +
-                  DebVersion(debs, "busybox-static") + "+node-" + DebVersion(debs, "nodejs") + "+npm-" +
-                  std::string(kTestImageNpm.version);
-  entry.arch = "amd64";
-  entry.kernel_cmdline = kKernelCmdline;
-  entry.post_install = steps;
-  RETURN_IF_ERROR(AddArtifactDigests(o.out_dir, &entry));
-  RETURN_IF_ERROR(RemoveTree(work));
-  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
-  return entry;
+  return FinishEntry(kTestImageName,
+                     std::string(kTestRecipeVersion) + "+linux-" + debs.back().version +
+                         "+busybox-" + DebVersion(debs, "busybox-static") + "+node-" +
+                         DebVersion(debs, "nodejs") + "+npm-" + std::string(kTestImageNpm.version),
+                     steps, o.out_dir, work, stages);
 }
 
 }  // namespace cloister::image
