@@ -294,6 +294,11 @@ class Store {
   Result<std::string> NewHomeImage(const std::string& dir, const WorkspaceConfig& config,
                                    uint64_t generation);
   Status MakeSshKey(const std::string& name, const std::string& dir);
+  // WipeHome and Wipe: `drop` takes layers out of the config (naming them in `dropped`) in the
+  // one commit that installs a fresh empty home (store.cc).
+  Status ReplaceHome(const std::string& name, lifecycle::Action action, bool compact,
+                     const std::function<void(WorkspaceConfig&, std::vector<std::string>* dropped)>&
+                         drop);
   Status RemoveUnreferenced(const std::string& name, const std::vector<std::string>& files);
   Result<CheckpointRecord> CommitCheckpointLocked(const std::string& name,
                                                   const PreparedCheckpoint& prepared,
