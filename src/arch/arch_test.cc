@@ -355,7 +355,8 @@ TEST_F(ArchTest, TargetGraphHasNoForbiddenEdge) {
   // Fail closed: every target the rule speaks of must be in the graph, or the rule checks nothing.
   for (const char* t : {"cloister_vm", "cloister_store", "cloister_catalog", "cloister_proxy",
                         "cloister_sshagent", "cloister_guest", "cloister-agent",
-                        "cloister_protocol", "cloister_channel", "cloister_base", "cloister_cli"}) {
+                        "cloister_protocol", "cloister_channel", "cloister_base", "cloister_cli",
+                        "cloister_supervisor"}) {
     EXPECT_TRUE(g.targets.count(t)) << t << " is not in the CMake graph: rename the rule too";
   }
   std::vector<std::string> v = TargetViolations(g, cm_);
@@ -365,7 +366,8 @@ TEST_F(ArchTest, TargetGraphHasNoForbiddenEdge) {
 
 TEST_F(ArchTest, SourceIncludesHaveNoForbiddenEdge) {
   // Fail closed: the modules the rule speaks of must be there with product files.
-  for (const char* m : {"vm", "store", "catalog", "proxy", "sshagent", "guest", "protocol"}) {
+  for (const char* m : {"vm", "supervisor", "store", "catalog", "proxy", "sshagent", "guest",
+                        "protocol"}) {
     EXPECT_TRUE(fs::is_directory(src_ + "/src/" + m)) << "src/" << m << " is gone";
   }
   std::vector<std::string> v = IncludeViolations(src_, cm_);
