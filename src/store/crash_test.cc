@@ -128,6 +128,9 @@ struct VerbCase {
   std::function<void(CrashTest&, Store&)> verify;
 };
 
+// gtest prints a parameter in each test's listing (and ctest's name): the verb, not its bytes.
+void PrintTo(const VerbCase& c, std::ostream* os) { *os << c.name; }
+
 void CrashTest::RunEveryCrashPoint(const VerbCase& sc) {
   // The starting state, built once, copied before every run.
   {
