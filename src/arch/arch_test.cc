@@ -51,8 +51,8 @@ struct ModuleRule {
 };
 
 const std::vector<std::string> kHostModules = {
-    "audit", "aws", "catalog", "cli", "image", "proxy", "sshagent", "store", "supervisor", "vault",
-    "vm"};
+    "audit", "aws",      "catalog",    "cli",   "image", "lifecycle", "proxy",
+    "sshagent", "store", "supervisor", "vault", "vm"};
 
 std::vector<ModuleRule> Rules() {
   return {
