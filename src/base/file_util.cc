@@ -24,6 +24,19 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
   return OkStatus();
 }
 
+Status WriteFile(const std::string& path, std::string_view content, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("create " + path, errno);
+  Status st = WriteAll(fd, content, path);
+  if (st.ok() && fchmod(fd, mode) != 0) st = ErrnoError("chmod " + path, errno);
+  if (!st.ok()) {
+    close(fd);
+    return st;
+  }
+  if (close(fd) != 0) return ErrnoError("close " + path, errno);
+  return OkStatus();
+}
+
 Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);

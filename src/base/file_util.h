@@ -15,6 +15,11 @@ namespace cloister {
 // the error.
 Status WriteAll(int fd, std::string_view data, const std::string& what);
 
+// Creates or truncates `path` and writes all of `content`, then sets `mode` (not atomic: for
+// files in a directory the caller owns and publishes as a whole, such as a build's staging tree;
+// state files use WriteFileAtomic). Follows symlinks, like open(2) without O_NOFOLLOW.
+Status WriteFile(const std::string& path, std::string_view content, mode_t mode = 0644);
+
 // Replaces `path` atomically with `content` at `mode`: writes a temp file beside it (never
 // following a symlink), fsyncs it, renames it over `path`, then fsyncs the directory. On failure
 // the temp file is removed and `path` is untouched.

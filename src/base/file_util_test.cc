@@ -44,6 +44,21 @@ TEST(FileUtilTest, WriteFileAtomicReplacesContentAndSetsMode) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(FileUtilTest, WriteFileTruncatesAndSetsTheModeEvenOverAnExistingFile) {
+  std::string dir = TempDir();
+  std::string path = dir + "/f";
+  ASSERT_TRUE(WriteFile(path, "a longer first content", 0600).ok());
+  ASSERT_TRUE(WriteFile(path, std::string("two\0bytes", 9), 0755).ok());
+  EXPECT_EQ(Slurp(path), std::string("two\0bytes", 9));
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);  // fchmod: open's mode applies only to a new file
+  Status missing = WriteFile(dir + "/no/such/f", "x");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find(dir + "/no/such/f"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FileUtilTest, WriteFileAtomicFailsCleanlyInAMissingDirectory) {
   Status st = WriteFileAtomic("/tmp/cloister-no-such-dir-xyz/f", "x", 0600);
   ASSERT_FALSE(st.ok());

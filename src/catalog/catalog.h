@@ -25,6 +25,8 @@ inline constexpr char kCatalogFormat[] = "cloister-catalog-v1";
 // First bytes of the signed encoding (domain separation from anything else a key might sign).
 inline constexpr char kCanonicalDomain[] = "cloister/catalog/v1/ed25519";
 inline constexpr char kLocalChannel[] = "local";
+// The image `create` uses when --image is omitted (the full image `cloister image build` makes).
+inline constexpr char kDefaultImageName[] = "debian-12";
 inline constexpr size_t kMaxCatalogBytes = 4 << 20;
 inline constexpr size_t kMaxImages = 256;
 inline constexpr size_t kMaxSteps = 128;

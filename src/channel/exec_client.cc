@@ -275,7 +275,7 @@ Result<int> RunExecInTerminal(int stream_fd, ExecRequest request, bool interacti
 ExecRequest AttachRequest() {
   ExecRequest r;
   r.argv = {"tmux", "new-session", "-A", "-s", kTmuxSession};
-  r.user = "dev";
+  r.user = protocol::kGuestUser;
   r.tty = true;
   return r;
 }

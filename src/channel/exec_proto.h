@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 
 namespace cloister::channel {
 
-inline constexpr char kExecService[] = "exec";
+using protocol::kExecService;  // the host-guest contract (protocol/contract.h)
 inline constexpr size_t kExecMaxData = 64 * 1024;      // STDIN/STDOUT/STDERR payload
 inline constexpr size_t kExecMaxRequest = 256 * 1024;  // REQUEST JSON
 inline constexpr size_t kExecMaxText = 1024;           // ERROR text
@@ -46,7 +47,7 @@ struct ExecRequest {
   std::vector<std::string> argv;              // empty: the user's login shell
   std::map<std::string, std::string> env;     // added on top of the guest's per-boot environment
   std::string cwd;                            // empty: the user's home
-  std::string user = "dev";                   // "dev" by default; "root" on request
+  std::string user = protocol::kGuestUser;                   // "dev" by default; "root" on request
   bool tty = false;                           // allocate a pty (stdout and stderr merge)
   uint16_t rows = 24;
   uint16_t cols = 80;

@@ -12,6 +12,7 @@
 
 #include "base/strings.h"
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "sshagent/ed25519_key.h"
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
@@ -24,42 +25,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int code;
-  std::string out, err;
-  nlohmann::json json() const { return nlohmann::json::parse(out, nullptr, false); }
-};
+using testing::Outcome;
 
 std::string Slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-class SshCliTest : public ::testing::Test {
+class SshCliTest : public testing::SparseBaseTest {
  protected:
+  SshCliTest() : SparseBaseTest("/tmp/cloister-ssh-cli.") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/cloister-ssh-cli.XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    base_ = dir_ + "/base.raw";
-    ASSERT_TRUE(Env::Default()->Truncate(base_, 64 << 20).ok());
-    store_ = dir_ + "/store";
+    SparseBaseTest::SetUp();
     setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
-  }
-  void TearDown() override { (void)Env::Default()->RemoveAll(dir_); }
-
-  Outcome Run(std::vector<std::string> args, const std::string& input = "") {
-    std::vector<std::string> full = {"cloister", "--store", store_};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<const char*> argv;
-    for (const auto& a : full) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in(input);
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
-  }
-
-  Outcome Create(const std::string& name) {
-    return Run({"create", name, "--image", base_, "--home-size", "64M"});
   }
 
   std::string WsDir(const std::string& name) { return store_ + "/workspaces/" + name; }
@@ -95,7 +73,6 @@ class SshCliTest : public ::testing::Test {
     }
   }
 
-  std::string dir_, base_, store_;
 };
 
 TEST_F(SshCliTest, CreateMakesTheKeyWipesRegenerateItRmDeletesIt) {

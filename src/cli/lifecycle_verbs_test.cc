@@ -27,6 +27,7 @@
 #include "base/file_util.h"
 #include "cli/cli.h"
 #include "channel/exec_proto.h"
+#include "cli/testing.h"
 #include "store/env.h"
 #include "store/store.h"
 #include "supervisor/control.h"
@@ -37,35 +38,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int code;
-  std::string out, err;
-  nlohmann::json json() const { return nlohmann::json::parse(out, nullptr, false); }
-};
+using testing::Outcome;
 
-class LifecycleVerbsTest : public ::testing::Test {
+class LifecycleVerbsTest : public testing::SparseBaseTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cl-life.XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    base_ = dir_ + "/base.raw";
-    ASSERT_TRUE(Env::Default()->Truncate(base_, 64 << 20).ok());
-    store_ = dir_ + "/store";
-  }
-  void TearDown() override { (void)Env::Default()->RemoveAll(dir_); }
-
-  Outcome Run(std::vector<std::string> args) {
-    std::vector<std::string> full = {"cloister", "--store", store_};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<const char*> argv;
-    for (const auto& a : full) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in;
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
-  }
-
-  std::string dir_, base_, store_;
+  LifecycleVerbsTest() : SparseBaseTest("/tmp/cl-life.") {}
 };
 
 TEST_F(LifecycleVerbsTest, LifecycleVerbsHaveHelp) {

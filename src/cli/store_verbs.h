@@ -10,20 +10,20 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
-#include "catalog/resolve.h"
 #include "cli/cli.h"
+#include "cli/image_resolver.h"
 #include "sshagent/vault_key_store.h"
 #include "store/store.h"
 
 namespace cloister::cli {
 
 // Every verb that may create a workspace or wipe its home must open the store here: it installs
-// the catalog's image resolver (catalog/resolve.h), so `--image NAME` goes through the verified
+// the catalog's image resolver (cli/image_resolver.h), so `--image NAME` goes through the verified
 // catalog, and the workspace SSH key hook (sshagent/vault_key_store.h), so `create`, `wipe-home`
 // and `wipe` make a fresh key in the workspace's encrypted secrets file.
 inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   StoreOptions options;
-  options.resolve_image = catalog::CatalogImageResolver(Env::Default(), cli.StoreRoot());
+  options.resolve_image = CatalogImageResolver(Env::Default(), cli.StoreRoot());
   options.make_ssh_key =
       sshagent::MakeWorkspaceKeyHook(cli.StoreRoot() + "/" + std::string(layout::kKeysDir));
   return Store::Open(cli.StoreRoot(), std::move(options));

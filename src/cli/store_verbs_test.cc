@@ -8,45 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/testing.h"
 #include "store/env.h"
 
 namespace cloister::cli {
 namespace {
 
-struct Outcome {
-  int code;
-  std::string out, err;
-  nlohmann::json json() const { return nlohmann::json::parse(out, nullptr, false); }
-};
+using testing::Outcome;
 
-class StoreVerbsTest : public ::testing::Test {
+class StoreVerbsTest : public testing::SparseBaseTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cloister-cli-test.XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    base_ = dir_ + "/base.raw";
-    ASSERT_TRUE(Env::Default()->Truncate(base_, 64 << 20).ok());
-    ASSERT_TRUE(Env::Default()->WriteFile(dir_ + "/hdr", "x").ok());
-    store_ = dir_ + "/store";
-  }
-  void TearDown() override { (void)Env::Default()->RemoveAll(dir_); }
-
-  Outcome Run(std::vector<std::string> args, const std::string& input = "") {
-    std::vector<std::string> full = {"cloister", "--store", store_};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<const char*> argv;
-    for (const auto& a : full) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    std::istringstream in(input);
-    int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, in);
-    return {code, out.str(), err.str()};
-  }
-
-  Outcome Create(const std::string& name) {
-    return Run({"create", name, "--image", base_, "--home-size", "64M"});
-  }
-
-  std::string dir_, base_, store_;
 };
 
 TEST_F(StoreVerbsTest, EveryVerbHasHelp) {

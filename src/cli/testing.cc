@@ -49,4 +49,24 @@ std::string TempStore::CreateWorkspace(const std::string& name) {
   return created.ok() ? "" : created.error().ToString();
 }
 
+void SparseBaseTest::SetUp() {
+  std::string tmpl = prefix_ + "XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  const char* made = mkdtemp(buf.data());
+  ASSERT_NE(made, nullptr) << "mkdtemp " << tmpl;
+  dir_ = made;
+  base_ = dir_ + "/base.raw";
+  ASSERT_TRUE(Env::Default()->Truncate(base_, 64 << 20).ok());
+  store_ = dir_ + "/store";
+}
+
+void SparseBaseTest::TearDown() {
+  if (!dir_.empty()) (void)Env::Default()->RemoveAll(dir_);
+}
+
+Outcome SparseBaseTest::Create(const std::string& name) const {
+  return Run({"create", name, "--image", base_, "--home-size", "64M"});
+}
+
 }  // namespace cloister::cli::testing

@@ -4,11 +4,15 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 namespace cloister::cli::testing {
 
 struct Outcome {
   int code = -1;
   std::string out, err;
+  nlohmann::json json() const { return nlohmann::json::parse(out, nullptr, false); }
 };
 
 // Runs `cloister --store ROOT ARGS...` in-process (RunCli) with `input` on stdin.
@@ -35,6 +39,29 @@ class TempStore {
 
  private:
   std::string root_;
+};
+
+// The fixture of the verb tests that make workspaces through the real CLI (create's hooks and
+// all): a temporary directory dir_ (removed after each test) holding a sparse 64 MiB raw base
+// image base_ and the store store_. `prefix` is the mkdtemp prefix (short where a test puts
+// sockets under the store).
+class SparseBaseTest : public ::testing::Test {
+ protected:
+  explicit SparseBaseTest(std::string prefix = "/tmp/cloister-cli-test.")
+      : prefix_(std::move(prefix)) {}
+  void SetUp() override;
+  void TearDown() override;
+
+  Outcome Run(const std::vector<std::string>& args, const std::string& input = "") const {
+    return RunIn(store_, args, input);
+  }
+  // `cloister create NAME --image base_ --home-size 64M`.
+  Outcome Create(const std::string& name) const;
+
+  std::string dir_, base_, store_;
+
+ private:
+  std::string prefix_;
 };
 
 }  // namespace cloister::cli::testing

@@ -20,7 +20,7 @@
 namespace cloister::guest {
 
 struct AgentOptions {
-  std::string meta_dir = "/run/cloister/meta";
+  std::string meta_dir = protocol::kMetaMountPoint;
   std::string config_path;    // default: meta_dir/config.json
   std::string channel_path;   // tests: a unix socket to connect to instead of the virtio port
   bool setup = true;          // per-boot system setup (mounts, hostname, files); off in host tests

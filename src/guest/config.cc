@@ -136,7 +136,8 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
       c.forwards.push_back({f["listen"].get<std::string>(), f["service"].get<std::string>()});
     }
   } else {
-    c.forwards = {{"tcp:127.0.0.1:3128", "proxy"}, {"unix:/run/cloister/ssh-agent.sock", "ssh-agent"}};
+    c.forwards = {{protocol::kGuestProxyListen, protocol::kProxyService},
+                  {protocol::kGuestAgentListen, protocol::kSshAgentService}};
   }
   return c;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 
 namespace cloister::guest {
 
@@ -32,9 +33,9 @@ struct ForwardConfig {
 // (vm/meta_disk.cc); absent means off (host unit tests of the agent).
 struct TransparentConfig {
   bool enabled = false;
-  std::string service = "egress";  // host channel service (vm::kEgressService)
-  int port = 3129;                 // the agent's redirect listener (0.0.0.0)
-  int dns_port = 53;               // the agent's DNS (0.0.0.0, UDP and TCP)
+  std::string service = protocol::kEgressService;  // host channel service
+  int port = protocol::kTransparentPort;           // the agent's redirect listener (0.0.0.0)
+  int dns_port = protocol::kTransparentDnsPort;    // the agent's DNS (0.0.0.0, UDP and TCP)
 };
 
 struct AgentConfig {
@@ -42,10 +43,10 @@ struct AgentConfig {
   std::string workspace;
   std::string hostname;
   std::string boot_id;
-  std::string user = "dev";
-  std::string home = "/home/dev";
-  std::string home_device = "/dev/vdb";
-  std::string channel_port = "org.cloister.channel.0";
+  std::string user = protocol::kGuestUser;
+  std::string home = protocol::kGuestHome;
+  std::string home_device = protocol::kHomeDevice;
+  std::string channel_port = protocol::kChannelPortName;
   std::vector<ShareConfig> shares;
   std::map<std::string, std::string> env;
   std::vector<FileConfig> files;

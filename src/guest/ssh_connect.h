@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "protocol/contract.h"
+
 namespace cloister::guest {
 
-inline constexpr uint16_t kDefaultSshConnectProxyPort = 3128;
+inline constexpr uint16_t kDefaultSshConnectProxyPort = protocol::kGuestProxyPort;
 
 // `args` are the words after "ssh-connect". Returns the process exit code; `in_fd`/`out_fd`/
 // `err_fd` are ssh's pipes (0, 1, 2 in the real command).

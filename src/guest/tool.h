@@ -23,12 +23,13 @@
 
 #include "base/agent_tools.h"
 #include "base/result.h"
+#include "protocol/contract.h"
 
 namespace cloister::guest {
 
 struct ToolPaths {
   std::string marker_dir = "/usr/local/lib/cloister";  // system disk: `reset` removes it
-  std::string run_dir = "/run/cloister";               // tmpfs: per boot
+  std::string run_dir = protocol::kGuestRunDir;               // tmpfs: per boot
   std::string log = "/var/log/cloister-tool.log";      // system disk
   std::string Marker(const AgentTool& t) const;         // marker_dir/tool-NAME.installed
   std::string Status() const { return run_dir + "/tool.status"; }

@@ -33,11 +33,12 @@
 
 #include "base/result.h"
 #include "guest/dns.h"
+#include "protocol/contract.h"
 
 namespace cloister::guest {
 
-inline constexpr char kTransparentService[] = "egress";  // == vm::kEgressService on the host
-inline constexpr uint16_t kTransparentPort = 3129;
+inline constexpr const char* kTransparentService = protocol::kEgressService;  // the contract's
+using protocol::kTransparentPort;
 inline constexpr uint16_t kGuestDnsPort = 53;
 inline constexpr size_t kMaxTransparentHeader = 300;  // the host's bound on the header line
 

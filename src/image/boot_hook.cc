@@ -3,12 +3,14 @@
 namespace cloister::image {
 
 std::string BootHookScript() {
-  return R"HOOK(#!/bin/sh
+  // The values come from protocol/contract.h; the text (signed into every catalog entry) is the
+  // same bytes it was when they were spelled here.
+  const std::string agent = kAgentName;
+  return std::string(R"HOOK(#!/bin/sh
 # cloister boot hook: mount the per-boot metadata disk and start the guest agent from it.
 # See docs/design.md, "Contracts between host and guest". Installed by the image's post-install
 # step "boot-hook", recorded in the signed catalog.
-META=/run/cloister/meta
-DEV=/dev/vdc
+META=)HOOK") + kMetaMountPoint + "\nDEV=" + kMetaDevice + R"HOOK(
 mkdir -p "$META"
 i=0
 while [ ! -b "$DEV" ]; do
@@ -25,12 +27,12 @@ if ! mountpoint -q "$META"; then
     exit 1
   }
 fi
-if [ ! -x "$META/cloister-agent" ]; then
-  echo "cloister-boot-hook: $META/cloister-agent is missing" >&2
+if [ ! -x "$META/)HOOK" + agent + R"HOOK(" ]; then
+  echo "cloister-boot-hook: $META/)HOOK" + agent + R"HOOK( is missing" >&2
   exit 1
 fi
-echo "cloister-boot-hook: starting $META/cloister-agent"
-exec "$META/cloister-agent" --meta "$META"
+echo "cloister-boot-hook: starting $META/)HOOK" + agent + R"HOOK("
+exec "$META/)HOOK" + agent + R"HOOK(" --meta "$META"
 )HOOK";
 }
 

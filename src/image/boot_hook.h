@@ -10,18 +10,20 @@
 #include <string>
 
 #include "catalog/entry.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
 inline constexpr char kBootHookPath[] = "/usr/lib/cloister/boot-hook";
-inline constexpr char kMetaMountPoint[] = "/run/cloister/meta";
-inline constexpr char kMetaDevice[] = "/dev/vdc";
-inline constexpr char kMetaLabel[] = "CLOISTER-META";
-inline constexpr char kAgentName[] = "cloister-agent";
 inline constexpr char kBootServiceName[] = "cloister-boot.service";
-inline constexpr char kGuestUser[] = "dev";
-inline constexpr int kGuestUid = 1000;
-inline constexpr char kKernelCmdline[] = "root=/dev/vda rw console=ttyS0";
+// The host-guest contract's values the recipes and the hook use (defined in protocol/contract.h).
+using protocol::kAgentName;
+using protocol::kGuestUid;
+using protocol::kGuestUser;
+using protocol::kKernelCmdline;
+using protocol::kMetaDevice;
+using protocol::kMetaLabel;
+using protocol::kMetaMountPoint;
 
 // The hook script itself (POSIX sh; runs on busybox and on Debian).
 std::string BootHookScript();

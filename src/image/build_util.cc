@@ -16,6 +16,7 @@
 #include "catalog/names.h"
 #include "catalog/sha256.h"
 #include "image/ext4_times.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
@@ -36,29 +37,6 @@ void Stages::Done(const std::string& detail) {
     sink_("image: [" + std::to_string(index_) + "/" + std::to_string(total_) + "] " + name_ +
           ": " + detail + " (" + t + ")");
   }
-}
-
-Status WriteFile(const std::string& path, std::string_view content, unsigned mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("create " + path, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return ErrnoError("write " + path, e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fchmod(fd, mode) != 0) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("chmod " + path, e);
-  }
-  if (close(fd) != 0) return ErrnoError("close " + path, errno);
-  return OkStatus();
 }
 
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
@@ -199,6 +177,41 @@ Status MakeCpio(const std::string& root, const std::string& out, int64_t epoch) 
                                               "newc", "-R", "0:0"},
                                              opts));
   return WriteFile(out, r.out, 0644);
+}
+
+Result<std::string> FreshWorkDir(const std::string& out_dir, const std::string& work_dir) {
+  std::string work = work_dir.empty() ? out_dir + "/.work" : work_dir;
+  RETURN_IF_ERROR(RemoveTree(work));
+  RETURN_IF_ERROR(MakeDirs(work));
+  RETURN_IF_ERROR(MakeDirs(out_dir));
+  return work;
+}
+
+Status MakeImageDisk(const std::string& root, const std::string& out_dir, const std::string& name,
+                     uint64_t size_bytes) {
+  std::string disk = out_dir + "/" + catalog::names::kDiskFile;
+  Ext4Options ext4;
+  ext4.label = "cloister-root";
+  ext4.uuid = DeterministicUuid("cloister-image/" + name + "/uuid");
+  ext4.hash_seed = DeterministicUuid("cloister-image/" + name + "/hash");
+  ext4.size_bytes = size_bytes;
+  return MakeExt4(root, disk, ext4);
+}
+
+Result<catalog::ImageEntry> FinishEntry(const std::string& name, const std::string& version,
+                                        const std::vector<catalog::PostInstallStep>& steps,
+                                        const std::string& out_dir, const std::string& work,
+                                        Stages& stages) {
+  catalog::ImageEntry entry;
+  entry.name = name;
+  entry.version = version;
+  entry.arch = "amd64";
+  entry.kernel_cmdline = protocol::kKernelCmdline;
+  entry.post_install = steps;
+  RETURN_IF_ERROR(AddArtifactDigests(out_dir, &entry));
+  RETURN_IF_ERROR(RemoveTree(work));
+  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
+  return entry;
 }
 
 Status AddArtifactDigests(const std::string& out_dir, catalog::ImageEntry* entry) {

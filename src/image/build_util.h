@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file_util.h"
 #include "base/result.h"
 #include "catalog/entry.h"
 
@@ -35,7 +36,7 @@ class Stages {
   std::chrono::steady_clock::time_point start_;
 };
 
-Status WriteFile(const std::string& path, std::string_view content, unsigned mode = 0644);
+// WriteFile is base/file_util.h's (cloister::WriteFile).
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 64 << 20);
 Status MakeDirs(const std::string& path);
 Status RemoveTree(const std::string& path);
@@ -52,12 +53,30 @@ Status NormalizeMtimes(const std::string& root, int64_t epoch);
 // filesystem UUID and directory hash seed.
 std::string DeterministicUuid(std::string_view seed);
 
-// Runs each post-install step as `sh -c COMMAND sh ROOT` with a fixed environment
-// (LC_ALL=C, SOURCE_DATE_EPOCH, a standard PATH).
 // Hashes the disk, kernel and initramfs exported in `out_dir` and appends them, in that order, as
 // the catalog entry's artifacts.
 Status AddArtifactDigests(const std::string& out_dir, catalog::ImageEntry* entry);
 
+// The start of every recipe: the work directory (`work_dir`, or OUT_DIR/.work when empty) emptied
+// and made, and `out_dir` made. Returns the work directory.
+Result<std::string> FreshWorkDir(const std::string& out_dir, const std::string& work_dir);
+
+// The image's disk: OUT_DIR/disk.raw, raw ext4 (label cloister-root) of `size_bytes` populated
+// from `root`, its UUID and htree hash seed fixed by the image `name` (reproducible).
+Status MakeImageDisk(const std::string& root, const std::string& out_dir, const std::string& name,
+                     uint64_t size_bytes);
+
+// The end of every recipe: the catalog entry for what it exported to `out_dir` (`name`,
+// `version`, amd64, the contract's kernel command line, the post-install `steps` that ran, the
+// artifacts' digests), then the work tree `work` removed and the current stage closed with the
+// disk's digest.
+Result<catalog::ImageEntry> FinishEntry(const std::string& name, const std::string& version,
+                                        const std::vector<catalog::PostInstallStep>& steps,
+                                        const std::string& out_dir, const std::string& work,
+                                        Stages& stages);
+
+// Runs each post-install step as `sh -c COMMAND sh ROOT` with a fixed environment
+// (LC_ALL=C, SOURCE_DATE_EPOCH, a standard PATH).
 Status RunPostInstall(const std::vector<catalog::PostInstallStep>& steps, const std::string& root);
 
 struct Ext4Options {

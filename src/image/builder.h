@@ -9,8 +9,8 @@
 #include <string>
 
 #include "base/result.h"
+#include "catalog/catalog.h"
 #include "catalog/entry.h"
-#include "catalog/resolve.h"
 #include "image/build_util.h"
 
 namespace cloister::image {

@@ -13,6 +13,7 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
@@ -38,20 +39,26 @@ const std::vector<std::string>& FullPackages() {
 
 std::vector<catalog::PostInstallStep> FullPostInstall() {
   std::vector<catalog::PostInstallStep> steps;
+  // The guest user of the host-guest contract (protocol/contract.h).
+  const std::string user = protocol::kGuestUser, home = protocol::kGuestHome;
+  const std::string uid = std::to_string(protocol::kGuestUid);
+  const std::string gid = std::to_string(protocol::kGuestGid);
   steps.push_back({"user-dev",
-                   "chroot \"$1\" groupadd --gid 1000 dev\n"
-                   "chroot \"$1\" useradd --uid 1000 --gid 1000 --groups sudo --shell /bin/bash "
-                   "--home-dir /home/dev --no-create-home dev\n"
-                   "mkdir -p \"$1/home/dev\"\n"
-                   "chown 1000:1000 \"$1/home/dev\"\n"
-                   "chmod 0755 \"$1/home/dev\"\n"
-                   "printf 'dev ALL=(ALL) NOPASSWD:ALL\\n' > \"$1/etc/sudoers.d/cloister-dev\"\n"
+                   "chroot \"$1\" groupadd --gid " + gid + " " + user + "\n"
+                   "chroot \"$1\" useradd --uid " + uid + " --gid " + gid +
+                       " --groups sudo --shell /bin/bash --home-dir " + home + " --no-create-home " +
+                       user + "\n"
+                       "mkdir -p \"$1" + home + "\"\n"
+                       "chown " + uid + ":" + gid + " \"$1" + home + "\"\n"
+                       "chmod 0755 \"$1" + home + "\"\n"
+                       "printf '" + user + " ALL=(ALL) NOPASSWD:ALL\\n' > \"$1/etc/sudoers.d/cloister-dev\"\n"
                    "chmod 0440 \"$1/etc/sudoers.d/cloister-dev\"\n"});
   steps.push_back({"system",
                    "echo cloister > \"$1/etc/hostname\"\n"
                    "printf '127.0.0.1 localhost\\n127.0.1.1 cloister\\n::1 localhost ip6-localhost "
                    "ip6-loopback\\n' > \"$1/etc/hosts\"\n"
-                   "printf '/dev/vda / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
+                   "printf '" + std::string(protocol::kRootDevice) +
+                       " / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
                    "echo 'C.UTF-8 UTF-8' > \"$1/etc/locale.gen\"\n"
                    "echo 'LANG=C.UTF-8' > \"$1/etc/default/locale\"\n"});
   steps.push_back(BootHookStep());
@@ -81,10 +88,7 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
     return Error(ErrorCode::kPermissionDenied, "building the full image needs root (mmdebstrap, chroot)",
                  "run it with sudo, or use `cloister image build --test` for the test image");
   }
-  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
-  RETURN_IF_ERROR(RemoveTree(work));
-  RETURN_IF_ERROR(MakeDirs(work));
-  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  ASSIGN_OR_RETURN(std::string work, FreshWorkDir(o.out_dir, o.work_dir));
   Stages stages(o.progress, 5);
 
   stages.Start("bootstrap (mmdebstrap bookworm, about 2 minutes)");
@@ -129,34 +133,23 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& o) {
               FormatSize(fs::file_size(initrd)));
 
   stages.Start("disk (mkfs.ext4 -d)");
+  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kFullDiskSize;
+  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kFullImageName, size));
   std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
-  Ext4Options ext4;
-  ext4.label = "cloister-root";
-  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/uuid");
-  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kFullImageName + "/hash");
-  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kFullDiskSize;
-  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
   struct stat st;
   uint64_t used = stat(disk.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes) + " (" + FormatSize(used) + " allocated)");
+  stages.Done("raw ext4 " + FormatSize(size) + " (" + FormatSize(used) + " allocated)");
 
   stages.Start("hash");
-  catalog::ImageEntry entry;
-  entry.name = kFullImageName;
   std::string kver;
   {
     RunOptions q;
     auto r = RunProcess({"chroot", root, "dpkg-query", "-W", "-f=${Version}", "linux-image-" + release}, q);
     if (r.ok() && r->success()) kver = Trim(r->out);
   }
-  entry.version = std::string(kFullRecipeVersion) + "+linux-" + (kver.empty() ? release : kver);
-  entry.arch = "amd64";
-  entry.kernel_cmdline = kKernelCmdline;
-  entry.post_install = steps;
-  RETURN_IF_ERROR(AddArtifactDigests(o.out_dir, &entry));
-  RETURN_IF_ERROR(RemoveTree(work));
-  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
-  return entry;
+  return FinishEntry(kFullImageName,
+                     std::string(kFullRecipeVersion) + "+linux-" + (kver.empty() ? release : kver),
+                     steps, o.out_dir, work, stages);
 }
 
 }  // namespace cloister::image

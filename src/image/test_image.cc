@@ -17,6 +17,7 @@
 #include "image/debs.h"
 #include "image/kmod.h"
 #include "image/npm_tarball.h"
+#include "protocol/contract.h"
 
 namespace cloister::image {
 
@@ -93,16 +94,22 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
                    "  mkdir -p \"$1/$(dirname \"$p\")\"\n"
                    "  ln -s /bin/busybox \"$1/$p\"\n"
                    "done\n"});
+  // The guest user of the host-guest contract (protocol/contract.h).
+  const std::string user = protocol::kGuestUser, home = protocol::kGuestHome;
+  const std::string uid = std::to_string(protocol::kGuestUid);
+  const std::string gid = std::to_string(protocol::kGuestGid);
   steps.push_back({"users",
-                   "mkdir -p \"$1/etc\" \"$1/root\" \"$1/home/dev\"\n"
-                   "printf 'root:x:0:0:root:/root:/bin/sh\\ndev:x:1000:1000:dev:/home/dev:/bin/sh\\n'"
-                   " > \"$1/etc/passwd\"\n"
-                   "printf 'root:x:0:\\ndev:x:1000:\\n' > \"$1/etc/group\"\n"
-                   "printf 'root:*:19000:0:99999:7:::\\ndev:*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
-                   "chmod 0640 \"$1/etc/shadow\"\n"
-                   "chmod 0700 \"$1/root\"\n"
-                   "chown 1000:1000 \"$1/home/dev\"\n"
-                   "chmod 0755 \"$1/home/dev\"\n"});
+                   "mkdir -p \"$1/etc\" \"$1/root\" \"$1" + home + "\"\n"
+                   "printf 'root:x:0:0:root:/root:/bin/sh\\n" + user + ":x:" + uid + ":" + gid + ":" +
+                       user + ":" + home + ":/bin/sh\\n'"
+                       " > \"$1/etc/passwd\"\n"
+                       "printf 'root:x:0:\\n" + user + ":x:" + gid + ":\\n' > \"$1/etc/group\"\n"
+                       "printf 'root:*:19000:0:99999:7:::\\n" + user +
+                       ":*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
+                       "chmod 0640 \"$1/etc/shadow\"\n"
+                       "chmod 0700 \"$1/root\"\n"
+                       "chown " + uid + ":" + gid + " \"$1" + home + "\"\n"
+                       "chmod 0755 \"$1" + home + "\"\n"});
   steps.push_back({"init",
                    "mkdir -p \"$1/dev\" \"$1/proc\" \"$1/sys\" \"$1/run\" \"$1/tmp\" \"$1/etc/init.d\"\n"
                    "chmod 1777 \"$1/tmp\"\n"
@@ -183,10 +190,7 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
                    "run scripts/install-deps.sh run");
     }
   }
-  std::string work = o.work_dir.empty() ? o.out_dir + "/.work" : o.work_dir;
-  RETURN_IF_ERROR(RemoveTree(work));
-  RETURN_IF_ERROR(MakeDirs(work));
-  RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  ASSIGN_OR_RETURN(std::string work, FreshWorkDir(o.out_dir, o.work_dir));
   Stages stages(o.progress, 6);
 
   stages.Start("packages");
@@ -236,28 +240,16 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(order.size()) + " modules");
 
   stages.Start("disk");
-  std::string disk = o.out_dir + "/" + catalog::names::kDiskFile;
-  Ext4Options ext4;
-  ext4.label = "cloister-root";
-  ext4.uuid = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/uuid");
-  ext4.hash_seed = DeterministicUuid(std::string("cloister-image/") + kTestImageName + "/hash");
-  ext4.size_bytes = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
-  RETURN_IF_ERROR(MakeExt4(root, disk, ext4));
-  stages.Done("raw ext4 " + FormatSize(ext4.size_bytes));
+  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
+  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kTestImageName, size));
+  stages.Done("raw ext4 " + FormatSize(size));
 
   stages.Start("hash");
-  catalog::ImageEntry entry;
-  entry.name = kTestImageName;
-  entry.version = std::string(kTestRecipeVersion) + "+linux-" + debs.back().version + "+busybox-" +
-                  DebVersion(debs, "busybox-static") + "+node-" + DebVersion(debs, "nodejs") + "+npm-" +
-                  std::string(kTestImageNpm.version);
-  entry.arch = "amd64";
-  entry.kernel_cmdline = kKernelCmdline;
-  entry.post_install = steps;
-  RETURN_IF_ERROR(AddArtifactDigests(o.out_dir, &entry));
-  RETURN_IF_ERROR(RemoveTree(work));
-  stages.Done("disk sha256 " + entry.artifacts[0].sha256.substr(0, 16) + "...");
-  return entry;
+  return FinishEntry(kTestImageName,
+                     std::string(kTestRecipeVersion) + "+linux-" + debs.back().version +
+                         "+busybox-" + DebVersion(debs, "busybox-static") + "+node-" +
+                         DebVersion(debs, "nodejs") + "+npm-" + std::string(kTestImageNpm.version),
+                     steps, o.out_dir, work, stages);
 }
 
 }  // namespace cloister::image

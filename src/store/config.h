@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 #include "store/layout.h"
 
 namespace cloister {
@@ -28,11 +29,11 @@ inline constexpr int kConfigVersion = 1;
 inline constexpr uint32_t kDefaultMemoryMib = 2048;
 inline constexpr uint32_t kDefaultCpus = 2;
 inline constexpr uint64_t kDefaultHomeSize = 64ull << 30;  // apparent size; sparse on the host
-inline constexpr uint32_t kGuestUid = 1000;                // guest user `dev`
-inline constexpr uint32_t kGuestGid = 1000;
+inline constexpr uint32_t kGuestUid = protocol::kGuestUid;                // guest user `dev`
+inline constexpr uint32_t kGuestGid = protocol::kGuestGid;
 
 // What the system disk is cloned from. Filled by ResolveImage (store/image_ref.h) for a raw image
-// path, or by the catalog's resolver (catalog/resolve.h) for a catalog name.
+// path, or by the catalog's resolver (cli/image_resolver.h) for a catalog name.
 struct ImageIdentity {
   std::string name;     // catalog name, or the file name for a raw image path
   std::string version;  // catalog version, or "" for a raw image path

@@ -1,7 +1,7 @@
 // Resolving `--image` to the base image a system disk is cloned from.
 //
 // The store itself knows raw image paths only (ResolveImage). Catalog names (verified, signed)
-// are resolved by catalog/resolve.h, which the CLI installs as StoreOptions::resolve_image; both
+// are resolved by cli/image_resolver.h, which the CLI installs as StoreOptions::resolve_image; both
 // produce the ImageIdentity the workspace's config records (name, version, sha256, path...).
 #pragma once
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "catalog/names.h"  // the catalog's names: the catalog sits below the store
+
 namespace cloister::layout {
 
 // ---- Store level (directly under the store root) ----
@@ -21,12 +23,12 @@ inline constexpr int kLayoutVersion = 1;
 // One directory per workspace: workspaces/NAME/ (see "Workspace directory" below).
 inline constexpr std::string_view kWorkspacesDir = "workspaces";
 // Base images and their metadata (catalog engineer). The store keeps its SHA-256 cache here.
-inline constexpr std::string_view kImagesDir = "images";
+inline constexpr std::string_view kImagesDir = catalog::names::kImagesDir;
 // SHA-256 cache of raw base images named by path (keyed by path, size, mtime, inode), so hashing a
 // base image is a one-time cost and `create` stays O(1) in the base size. Under kImagesDir.
 inline constexpr std::string_view kImageHashCacheFile = "sha256-cache.json";
 // Store-wide keys (catalog keyring, vault master key...), owned by those modules.
-inline constexpr std::string_view kKeysDir = "keys";
+inline constexpr std::string_view kKeysDir = catalog::names::kKeysDir;
 // Store-wide MAC registry (JSON): which workspace holds which MAC. Rewritten atomically under
 // kStoreLockFile.
 inline constexpr std::string_view kMacRegistryFile = "macs.json";
@@ -40,41 +42,42 @@ inline constexpr std::string_view kStagingDir = "staging";
 inline constexpr std::string_view kTrashDir = "trash";
 
 // ---- Images, catalogs and their keys (catalog/ and image/ modules) ----
+// Defined in catalog/names.h (the catalog does not include the store) and aliased here.
 // docs/layout.md "Images and their caches" says what writes and deletes each of these.
 
 // images/<name>/: one directory per image of a verified catalog, holding its artifacts, named the
 // same in every image and every catalog (the catalog lists each with its size and SHA-256).
-inline constexpr std::string_view kImageDiskFile = "disk.raw";      // raw ext4, no partition table
-inline constexpr std::string_view kImageKernelFile = "vmlinuz";     // for direct kernel boot
-inline constexpr std::string_view kImageInitrdFile = "initrd.img";  // mounts /dev/vda
+inline constexpr std::string_view kImageDiskFile = catalog::names::kDiskFile;      // raw ext4, no partition table
+inline constexpr std::string_view kImageKernelFile = catalog::names::kKernelFile;     // for direct kernel boot
+inline constexpr std::string_view kImageInitrdFile = catalog::names::kInitrdFile;  // mounts /dev/vda
 // images/<name>/verified.json: per artifact, the SHA-256 last computed from its bytes and the
 // file's identity then (device, inode, size, mtime, ctime). `create` re-hashes an artifact only
 // if that identity changed (any write changes ctime, which userspace cannot set back), so
 // creating a workspace stays O(1) in the image size while tampered bytes are still caught.
 // Written by `image build`/`import`/`verify` and by a `create` that had to re-hash.
-inline constexpr std::string_view kImageVerifiedFile = "verified.json";
+inline constexpr std::string_view kImageVerifiedFile = catalog::names::kVerifiedFile;
 // Prefixes of in-progress directories under kImagesDir: .build-<name> and .work-<name> (image
 // build), .import-<name> (import staging), .rm-<name> (image rm). Moved into place or deleted.
-inline constexpr std::string_view kImageBuildPrefix = ".build-";
-inline constexpr std::string_view kImageWorkPrefix = ".work-";
-inline constexpr std::string_view kImageImportPrefix = ".import-";
-inline constexpr std::string_view kImageRemovePrefix = ".rm-";
+inline constexpr std::string_view kImageBuildPrefix = catalog::names::kBuildPrefix;
+inline constexpr std::string_view kImageWorkPrefix = catalog::names::kWorkPrefix;
+inline constexpr std::string_view kImageImportPrefix = catalog::names::kImportPrefix;
+inline constexpr std::string_view kImageRemovePrefix = catalog::names::kRemovePrefix;
 // catalogs/<channel>/{catalog.json,catalog.json.sig}: the adopted (verified) catalog of a channel.
-inline constexpr std::string_view kCatalogsDir = "catalogs";
-inline constexpr std::string_view kCatalogFile = "catalog.json";
-inline constexpr std::string_view kCatalogSignatureFile = "catalog.json.sig";
+inline constexpr std::string_view kCatalogsDir = catalog::names::kCatalogsDir;
+inline constexpr std::string_view kCatalogFile = catalog::names::kCatalogFile;
+inline constexpr std::string_view kCatalogSignatureFile = catalog::names::kSignatureFile;
 // catalogs/.staging-<channel>/: a catalog being adopted (exchanged into place atomically).
-inline constexpr std::string_view kCatalogStagingPrefix = ".staging-";
+inline constexpr std::string_view kCatalogStagingPrefix = catalog::names::kCatalogStagingPrefix;
 // flock(2) target for catalog mutations: catalogs/.lock (and keys/.lock for the keyring). Lock
 // order: the store lock (kStoreLockFile) before this one.
-inline constexpr std::string_view kCatalogLockFile = ".lock";
+inline constexpr std::string_view kCatalogLockFile = catalog::names::kLockFile;
 // keys/keyring.json: trusted publisher keys. keys/publisher.key (0600) and publisher.pub: this
 // host's catalog signing key (never leaves the host).
-inline constexpr std::string_view kKeyringFile = "keyring.json";
-inline constexpr std::string_view kPublisherKeyFile = "publisher.key";
-inline constexpr std::string_view kPublisherPubFile = "publisher.pub";
+inline constexpr std::string_view kKeyringFile = catalog::names::kKeyringFile;
+inline constexpr std::string_view kPublisherKeyFile = catalog::names::kPublisherKeyFile;
+inline constexpr std::string_view kPublisherPubFile = catalog::names::kPublisherPubFile;
 // cache/debs/: Debian packages downloaded for image builds (reused by later builds).
-inline constexpr std::string_view kDebCacheDir = "cache/debs";
+inline constexpr std::string_view kDebCacheDir = catalog::names::kDebCacheDir;
 
 // ---- Workspace directory: workspaces/NAME/ ----
 

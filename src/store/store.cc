@@ -655,9 +655,17 @@ Status Store::Reset(const std::string& name) {
   return Compact(name, /*may_rewrite_live_tops=*/true);
 }
 
-Status Store::WipeHome(const std::string& name) {
+// The shape of both home-replacing verbs, so that their crash-tested order of steps is one: under
+// the workspace lock with the VM stopped, garbage collected, a fresh empty home image made beside
+// the live one and the saved RAM image (which refers to the old disks) removed; then one config
+// commit (the commit point) in which `drop` takes out the layers that go, every checkpoint goes
+// (each holds a copy of the old home) and the fresh home becomes the live one; then the dropped
+// files removed, the chain compacted if `compact`, garbage collected again and a new SSH key.
+Status Store::ReplaceHome(
+    const std::string& name, lifecycle::Action action, bool compact,
+    const std::function<void(WorkspaceConfig&, std::vector<std::string>* dropped)>& drop) {
   ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kWipeHome));
+  RETURN_IF_ERROR(RequireStopped(name, action));
   RETURN_IF_ERROR(CollectGarbage(name));
   ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
   WorkspacePaths p = Paths(name);
@@ -666,10 +674,7 @@ Status Store::WipeHome(const std::string& name) {
   RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
-    if (!cfg.home_top.empty()) {
-      dropped.push_back(cfg.home_top);
-      EraseLayer(cfg, cfg.home_top);
-    }
+    drop(cfg, &dropped);
     cfg.checkpoints.clear();  // each one holds a copy of the old home
     DiskLayer l;
     l.file = fresh;
@@ -681,41 +686,30 @@ Status Store::WipeHome(const std::string& name) {
     return OkStatus();
   }));
   RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
-  RETURN_IF_ERROR(Compact(name, /*may_rewrite_live_tops=*/true));
+  if (compact) RETURN_IF_ERROR(Compact(name, /*may_rewrite_live_tops=*/true));
   RETURN_IF_ERROR(CollectGarbage(name));
   return MakeSshKey(name, p.dir);
 }
 
+Status Store::WipeHome(const std::string& name) {
+  return ReplaceHome(name, lifecycle::Action::kWipeHome, /*compact=*/true,
+                     [](WorkspaceConfig& cfg, std::vector<std::string>* dropped) {
+                       if (cfg.home_top.empty()) return;
+                       dropped->push_back(cfg.home_top);
+                       EraseLayer(cfg, cfg.home_top);
+                     });
+}
+
 Status Store::Wipe(const std::string& name) {
-  ASSIGN_OR_RETURN(WorkspaceLock lock, LockWorkspace(name));
-  RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kWipe));
-  RETURN_IF_ERROR(CollectGarbage(name));
-  ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
-  WorkspacePaths p = Paths(name);
-  uint64_t gen = c.next_generation;
-  ASSIGN_OR_RETURN(std::string fresh, NewHomeImage(p.dir, c, gen));
-  RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
-  std::vector<std::string> dropped;
-  RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
-    for (const DiskLayer& l : cfg.layers) dropped.push_back(l.file);
-    cfg.layers.clear();
-    cfg.checkpoints.clear();
-    cfg.system_top.clear();
-    DiskLayer l;
-    l.file = fresh;
-    l.disk = DiskKind::kHome;
-    l.format = layout::DiskFormat::kRaw;
-    cfg.layers.push_back(l);
-    cfg.home_top = fresh;
-    cfg.next_generation = gen + 1;
-    cfg.compromised = false;
-    cfg.compromised_reason.clear();
-    cfg.compromised_at = 0;
-    return OkStatus();
-  }));
-  RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
-  RETURN_IF_ERROR(CollectGarbage(name));
-  return MakeSshKey(name, p.dir);
+  return ReplaceHome(name, lifecycle::Action::kWipe, /*compact=*/false,
+                     [](WorkspaceConfig& cfg, std::vector<std::string>* dropped) {
+                       for (const DiskLayer& l : cfg.layers) dropped->push_back(l.file);
+                       cfg.layers.clear();
+                       cfg.system_top.clear();
+                       cfg.compromised = false;  // a wiped workspace starts clean
+                       cfg.compromised_reason.clear();
+                       cfg.compromised_at = 0;
+                     });
 }
 
 Status Store::Remove(const std::string& name) {

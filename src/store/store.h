@@ -54,7 +54,7 @@ struct StoreOptions {
   std::function<Status(const std::string& name, const std::string& workspace_dir)> make_ssh_key;
   // Turns CreateRequest::image into what the system disk is cloned from. Called by Create under
   // the store lock. Empty: ResolveImage (image_ref.h: a raw image path only). The CLI installs
-  // catalog::CatalogImageResolver (catalog/resolve.h): "" means the default image, a name is
+  // cli::CatalogImageResolver (cli/image_resolver.h): "" means the default image, a name is
   // looked up in the verified catalogs, a path containing '/' is a raw image.
   std::function<Result<ImageIdentity>(const std::string& spec)> resolve_image;
 };
@@ -294,6 +294,11 @@ class Store {
   Result<std::string> NewHomeImage(const std::string& dir, const WorkspaceConfig& config,
                                    uint64_t generation);
   Status MakeSshKey(const std::string& name, const std::string& dir);
+  // WipeHome and Wipe: `drop` takes layers out of the config (naming them in `dropped`) in the
+  // one commit that installs a fresh empty home (store.cc).
+  Status ReplaceHome(const std::string& name, lifecycle::Action action, bool compact,
+                     const std::function<void(WorkspaceConfig&, std::vector<std::string>* dropped)>&
+                         drop);
   Status RemoveUnreferenced(const std::string& name, const std::vector<std::string>& files);
   Result<CheckpointRecord> CommitCheckpointLocked(const std::string& name,
                                                   const PreparedCheckpoint& prepared,

@@ -15,7 +15,6 @@
 //      runs codex logged in with the OpenAI placeholder (its auth.json holds it; the real key is
 //      in no workspace file).
 #include <poll.h>
-#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,24 +111,10 @@ class AgentsVmTest : public testing::CliVmTest {
                      std::chrono::seconds limit, const std::string& cwd = "",
                      const std::map<std::string, std::string>& extra = {}) {
     PtyRun out;
-    std::vector<std::string> args = {exe_, "--store", root_};
-    args.insert(args.end(), cli_args.begin(), cli_args.end());
     int master = -1;
-    winsize ws{30, 100, 0, 0};
-    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+    pid_t child = SpawnCloisterOnPty(cli_args, &master, cwd, extra);
     EXPECT_GE(child, 0);
     if (child < 0) return out;
-    if (child == 0) {
-      if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
-      for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
-      for (const auto& [k, v] : extra) setenv(k.c_str(), v.c_str(), 1);
-      setenv("TERM", "xterm", 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(exe_.c_str(), argv.data());
-      _exit(127);
-    }
     auto deadline = Clock::now() + limit;
     while (out.screen.find(needle) == std::string::npos && Clock::now() < deadline) {
       pollfd p{master, POLLIN, 0};

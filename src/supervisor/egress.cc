@@ -116,7 +116,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   for (auto& [k, v] : creds.env) e->guest_.env[k] = v;
   for (const vault::GuestFile& f : creds.files) {
     e->guest_.files.push_back(
-        {options.guest_home + "/" + f.path, f.content, static_cast<unsigned>(f.mode), "dev"});
+        {options.guest_home + "/" + f.path, f.content, static_cast<unsigned>(f.mode), protocol::kGuestUser});
   }
   // apt ignores the environment under sudo's env_reset: give it its own proxy setting.
   e->guest_.files.push_back({"/etc/apt/apt.conf.d/90cloister-proxy",

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 #include "proxy/proxy.h"
 #include "vault/keys.h"
 
@@ -23,25 +24,26 @@ namespace cloister::vm {
 
 // The guest's end of the proxy: the agent listens here and forwards each connection to the
 // supervisor's "proxy" channel service (guest/config.cc default forwards).
-inline constexpr char kGuestProxyUrl[] = "http://127.0.0.1:3128";
-inline constexpr char kProxyService[] = "proxy";
+// The service names, ports and guest paths are the host-guest contract (protocol/contract.h).
+using protocol::kGuestProxyUrl;
+using protocol::kProxyService;
 // Transparent egress: the guest agent opens one stream of this service per redirected outbound
 // TCP connection and writes "<host> <port>\n" first (proxy/transparent.h); the supervisor hands
 // it to Egress::ServeTransparent. Same proxy instance as kProxyService.
-inline constexpr char kEgressService[] = "egress";
+using protocol::kEgressService;
 // Where the guest's CA bundle is (the agent appends the proxy CA to it; guest/agent.h).
 inline constexpr char kGuestCaBundle[] = "/etc/ssl/certs/ca-certificates.crt";
 inline constexpr char kGuestCaFile[] = "/usr/local/share/ca-certificates/cloister.crt";
-inline constexpr uint16_t kGuestProxyPort = 3128;  // the port of kGuestProxyUrl
+using protocol::kGuestProxyPort;  // the port of kGuestProxyUrl
 // The guest end of the "ssh-agent" service (guest/config.cc default forwards).
-inline constexpr char kGuestAgentSocket[] = "/run/cloister/ssh-agent.sock";
+using protocol::kGuestAgentSocket;
 
 // A file the agent writes in the guest at each boot.
 struct GuestFileSpec {
   std::string path;  // absolute guest path
   std::string content;
   unsigned mode = 0600;
-  std::string owner = "dev";
+  std::string owner = protocol::kGuestUser;
 };
 
 // What the metadata disk carries for the wire boundary.
@@ -56,7 +58,7 @@ struct EgressOptions {
   std::string keys_dir;      // <store>/keys
   std::string secrets_file;  // <workspace>/secrets.enc
   std::string trace_log;     // <workspace>/trace.jsonl
-  std::string guest_home = "/home/dev";
+  std::string guest_home = protocol::kGuestHome;
   vault::KeyBackend key_backend = vault::KeyBackendFromEnv();  // as `cloister cred` uses it
   // Runs on a proxy thread when a placeholder is caught going out of its scope.
   std::function<void(const proxy::CompromiseEvent&)> on_compromise;

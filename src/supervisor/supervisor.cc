@@ -340,7 +340,7 @@ Status Supervisor::Boot(bool resume) {
       egress->ServeTransparent(fd);  // takes ownership of fd
     });
     std::shared_ptr<sshagent::SignOnlyAgent> agent = ssh_agent_;
-    mux->RegisterService("ssh-agent", [agent](int fd, const std::vector<std::string>&) {
+    mux->RegisterService(protocol::kSshAgentService, [agent](int fd, const std::vector<std::string>&) {
       // Handlers run on the mux's loop thread, which also carries this stream's bytes: serve the
       // connection (blocking, and up to a minute per confirmed signature) on a thread of its own.
       // Mux::Stop closes the stream, which ends the thread.
@@ -699,7 +699,7 @@ void Supervisor::GuestPoweroff() {
   }
   if (!mux) return;
   std::thread([mux] {
-    auto fd = mux->Open("exec", {}, std::chrono::seconds(10));
+    auto fd = mux->Open(protocol::kExecService, {}, std::chrono::seconds(10));
     if (!fd.ok()) return;
     int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     channel::ExecRequest req;
@@ -809,7 +809,7 @@ void Supervisor::HandleConnection(int fd) {
         if (s.is_string()) args.push_back(s.get<std::string>());
       }
     }
-    auto stream = mux->Open("exec", args, std::chrono::seconds(30));
+    auto stream = mux->Open(protocol::kExecService, args, std::chrono::seconds(30));
     if (!stream.ok()) {
       (void)conn.Send(ErrorReply(stream.error()));
       return;

@@ -1,6 +1,7 @@
 #include "supervisor/testing.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -145,20 +146,40 @@ RunOutput CliVmTest::Cloister(std::vector<std::string> args, const std::string& 
   return *r;
 }
 
-pid_t CliVmTest::SpawnCloister(std::vector<std::string> args) {
+void CliVmTest::ExecCloister(std::vector<std::string> args, const std::string& cwd,
+                             const std::map<std::string, std::string>& extra) {
   args.insert(args.begin(), {exe_, "--store", root_});
+  if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
+  for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
+  for (const auto& [k, v] : extra) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(exe_.c_str(), argv.data());
+  _exit(127);
+}
+
+pid_t CliVmTest::SpawnCloister(std::vector<std::string> args) {
   pid_t pid = fork();
   if (pid == 0) {
     int null_fd = open("/dev/null", O_RDWR);
     dup2(null_fd, 0);
     dup2(null_fd, 1);
     dup2(null_fd, 2);
-    for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(exe_.c_str(), argv.data());
-    _exit(127);
+    ExecCloister(std::move(args), "", {});
+  }
+  return pid;
+}
+
+pid_t CliVmTest::SpawnCloisterOnPty(std::vector<std::string> args, int* master,
+                                    const std::string& cwd,
+                                    const std::map<std::string, std::string>& extra,
+                                    unsigned short rows, unsigned short cols) {
+  winsize ws{rows, cols, 0, 0};
+  pid_t pid = forkpty(master, nullptr, nullptr, &ws);
+  if (pid == 0) {
+    setenv("TERM", "xterm", 1);
+    ExecCloister(std::move(args), cwd, extra);
   }
   return pid;
 }

@@ -63,6 +63,12 @@ class CliVmTest : public ::testing::Test {
   RunOutput Cloister(std::vector<std::string> args, const std::string& input = "");
   // Starts `cloister --store ROOT ARGS...` in the background, stdio on /dev/null; returns its pid.
   pid_t SpawnCloister(std::vector<std::string> args);
+  // The same on a new pseudo-terminal (TERM=xterm, `rows` x `cols`) in `cwd` ("" = ours) with
+  // `extra` added to the environment after env_: returns its pid (-1 on failure) and sets
+  // *master to the terminal's master side (the caller reads, writes and closes it).
+  pid_t SpawnCloisterOnPty(std::vector<std::string> args, int* master, const std::string& cwd = "",
+                           const std::map<std::string, std::string>& extra = {},
+                           unsigned short rows = 30, unsigned short cols = 100);
 
   // Creates a workspace from the test image through the store.
   void Create(const std::string& name, const WorkspaceSpec& spec = {});
@@ -85,6 +91,11 @@ class CliVmTest : public ::testing::Test {
   std::string exe_;   // $CLOISTER_BINARY_DIR/src/cli/cloister
   std::unique_ptr<Store> store_;
   std::map<std::string, std::string> env_;  // added to every cloister child's environment
+
+ private:
+  // In a forked child: env_, then `extra`, then `cwd`; execs cloister with `args` (never returns).
+  [[noreturn]] void ExecCloister(std::vector<std::string> args, const std::string& cwd,
+                                 const std::map<std::string, std::string>& extra);
 };
 
 }  // namespace cloister::vm::testing

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "base/file_util.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
 
@@ -31,9 +32,9 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
   }
   return {{"version", 1},          {"workspace", config.workspace},
           {"hostname", config.workspace}, {"boot_id", config.boot_id},
-          {"user", "dev"},         {"uid", 1000},
-          {"gid", 1000},           {"home", "/home/dev"},
-          {"home_device", "/dev/vdb"}, {"channel_port", "org.cloister.channel.0"},
+          {"user", protocol::kGuestUser}, {"uid", protocol::kGuestUid},
+          {"gid", protocol::kGuestGid}, {"home", protocol::kGuestHome},
+          {"home_device", protocol::kHomeDevice}, {"channel_port", protocol::kChannelPortName},
           {"shares", shares},      {"env", env},
           {"files", files},        {"ca_certificate", config.ca_certificate},
           // Transparent egress is always on (guest/transparent.h): the agent answers DNS with
@@ -43,29 +44,6 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
                            {"dns_port", kMetaTransparentDnsPort}}},
           {"tool", config.tool},   {"workdir", config.workdir}};
 }
-
-namespace {
-
-Status WriteFile(const std::string& path, const std::string& data, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("create " + path, errno);
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = write(fd, data.data() + off, data.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return ErrnoError("write " + path, err);
-    }
-    off += static_cast<size_t>(w);
-  }
-  fchmod(fd, mode);
-  if (close(fd) != 0) return ErrnoError("close " + path, errno);
-  return OkStatus();
-}
-
-}  // namespace
 
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,
                      const MetaConfig& config, const MetaFiles& extra,

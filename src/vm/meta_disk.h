@@ -14,19 +14,20 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 
 namespace cloister::vm {
 
-inline constexpr char kMetaLabel[] = "CLOISTER-META";
-inline constexpr char kMetaAgentName[] = "cloister-agent";
-inline constexpr char kMetaConfigName[] = "config.json";
+using protocol::kMetaLabel;  // the host-guest contract (protocol/contract.h)
+inline constexpr const char* kMetaAgentName = protocol::kAgentName;
+using protocol::kMetaConfigName;
 // config.json's "transparent" object (guest/transparent.h): the host channel service the agent
 // sends redirected connections to (the supervisor serves it: Egress::ServeTransparent), the
 // guest port of the agent's redirect listener and of its DNS. Always written: transparent egress
 // has no switch.
-inline constexpr char kMetaTransparentService[] = "egress";
-inline constexpr int kMetaTransparentPort = 3129;
-inline constexpr int kMetaTransparentDnsPort = 53;
+inline constexpr const char* kMetaTransparentService = protocol::kEgressService;
+inline constexpr int kMetaTransparentPort = protocol::kTransparentPort;
+inline constexpr int kMetaTransparentDnsPort = protocol::kTransparentDnsPort;
 
 struct MetaShare {
   std::string tag;         // 9p mount tag

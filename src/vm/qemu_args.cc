@@ -87,7 +87,7 @@ void AddDisk(std::vector<std::string>& argv, const std::string& node, const Disk
 }  // namespace
 
 std::string KernelCmdline(const VmSpec& spec) {
-  std::string cmdline = "root=/dev/vda rw console=ttyS0 panic=-1";
+  std::string cmdline = std::string(protocol::kKernelCmdline) + " panic=-1";
   if (!spec.extra_cmdline.empty()) cmdline += " " + spec.extra_cmdline;
   return cmdline;
 }

@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "protocol/contract.h"
 #include "vm/accel.h"
 
 namespace cloister::vm {
 
-inline constexpr char kChannelPortName[] = "org.cloister.channel.0";
+using protocol::kChannelPortName;  // the host-guest contract (protocol/contract.h)
 // QMP node names of the disks (the store's live checkpoints address them by these names).
 inline constexpr char kSystemNode[] = "system";
 inline constexpr char kHomeNode[] = "home";

@@ -1,6 +1,8 @@
 // `cloister create --image SPEC`: from what the user typed to the ImageIdentity a workspace
 // records and clones from. The catalog's extension of store/image_ref.h's ResolveImage, installed
-// by the CLI as StoreOptions::resolve_image so that Store::Create calls it under the store lock.
+// by the CLI (OpenStore, cli/store_verbs.h) as StoreOptions::resolve_image so that Store::Create
+// calls it under the store lock. It lives in the CLI because it joins two modules: the catalog
+// sits below the store and does not know it, and the store only sees a callback.
 //
 //   ""                 the default image, kDefaultImageName;
 //   a name ([a-z0-9._-], no '/')
@@ -19,13 +21,11 @@
 #include <string>
 
 #include "base/result.h"
+#include "catalog/catalog.h"
 #include "store/config.h"
 #include "store/env.h"
 
-namespace cloister::catalog {
-
-// The image `create` uses when --image is omitted (the full image `cloister image build` makes).
-inline constexpr char kDefaultImageName[] = "debian-12";
+namespace cloister::cli {
 
 Result<ImageIdentity> ResolveImageSpec(Env* env, const std::string& store_root,
                                        const std::string& spec);
@@ -34,4 +34,4 @@ Result<ImageIdentity> ResolveImageSpec(Env* env, const std::string& store_root,
 std::function<Result<ImageIdentity>(const std::string&)> CatalogImageResolver(
     Env* env, std::string store_root);
 
-}  // namespace cloister::catalog
+}  // namespace cloister::cli

@@ -1,4 +1,4 @@
-#include "catalog/resolve.h"
+#include "cli/image_resolver.h"
 
 #include <stdlib.h>
 
@@ -8,7 +8,17 @@
 #include "catalog/store.h"
 #include "store/image_ref.h"
 
-namespace cloister::catalog {
+namespace cloister::cli {
+
+using catalog::CatalogStore;
+using catalog::IsValidName;
+using catalog::Rehash;
+using catalog::Rejected;
+using catalog::Rejection;
+using catalog::RejectionOf;
+using catalog::ResolvedImage;
+namespace names = catalog::names;
+
 namespace {
 
 std::string RealPathOr(const std::string& path) {
@@ -58,7 +68,7 @@ Result<ImageIdentity> ResolveCatalogName(Env* env, const std::string& store_root
 
 Result<ImageIdentity> ResolveImageSpec(Env* env, const std::string& store_root,
                                        const std::string& spec) {
-  if (spec.empty()) return ResolveCatalogName(env, store_root, kDefaultImageName);
+  if (spec.empty()) return ResolveCatalogName(env, store_root, catalog::kDefaultImageName);
   if (spec.find('/') == std::string::npos) return ResolveCatalogName(env, store_root, spec);
   // A path. Inside the store's image directory it is a catalog image's artifact: resolve the
   // image by name, so it cannot dodge the signature checks.
@@ -84,4 +94,4 @@ std::function<Result<ImageIdentity>(const std::string&)> CatalogImageResolver(
   };
 }
 
-}  // namespace cloister::catalog
+}  // namespace cloister::cli

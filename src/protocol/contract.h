@@ -1,0 +1,56 @@
+// The host-guest contract: every name and number the host (store, image, vm, supervisor, CLI) and
+// the guest agent (src/guest, static, inside the VM) must agree on, defined once. Both sides
+// include this header; neither spells these values itself (docs/design.md, "Contracts between
+// host and guest"). Header-only (target cloister_protocol, an INTERFACE library): it includes and
+// links nothing of the tree, so the guest may depend on it (arch_test).
+//
+// Changing a value here changes both sides at once, but not the images already built (the boot
+// hook is signed into each catalog entry) nor a guest agent of another build: the metadata disk
+// carries most of these per boot (config.json), the rest are fixed by the image recipes.
+#pragma once
+
+#include <cstdint>
+
+namespace cloister::protocol {
+
+// ---- Disks (q35, virtio-blk in this order; vm/qemu_args.cc) ----
+inline constexpr char kRootDevice[] = "/dev/vda";  // system disk, ext4, no partition table
+inline constexpr char kHomeDevice[] = "/dev/vdb";  // the workspace's home, mounted at kGuestHome
+inline constexpr char kMetaDevice[] = "/dev/vdc";  // the per-boot metadata disk (read-only)
+// The kernel command line every image boots with (the catalog entry's minimum, image recipes).
+inline constexpr char kKernelCmdline[] = "root=/dev/vda rw console=ttyS0";
+
+// ---- The metadata disk (vm/meta_disk.h writes it, image/boot_hook.h mounts it) ----
+inline constexpr char kMetaLabel[] = "CLOISTER-META";  // ext4 label
+inline constexpr char kGuestRunDir[] = "/run/cloister";  // tmpfs in the guest: per boot
+inline constexpr char kMetaMountPoint[] = "/run/cloister/meta";
+inline constexpr char kAgentName[] = "cloister-agent";  // the static agent, at the disk's root
+inline constexpr char kMetaConfigName[] = "config.json";  // schema v1 (guest/config.h)
+
+// ---- The guest user (image recipes create it; the agent runs sessions as it) ----
+inline constexpr char kGuestUser[] = "dev";
+inline constexpr uint32_t kGuestUid = 1000;
+inline constexpr uint32_t kGuestGid = 1000;
+inline constexpr char kGuestHome[] = "/home/dev";
+
+// ---- The channel (one virtio-serial port, multiplexed; channel/mux.h) ----
+inline constexpr char kChannelPortName[] = "org.cloister.channel.0";
+// Services on the channel. Guest-opened (the host serves them): the explicit proxy, transparent
+// egress (one stream per redirected TCP connection), the SSH agent. Host-opened: exec.
+inline constexpr char kProxyService[] = "proxy";
+inline constexpr char kEgressService[] = "egress";
+inline constexpr char kSshAgentService[] = "ssh-agent";
+inline constexpr char kExecService[] = "exec";
+
+// ---- The guest ends of those services (the agent listens; guest/config.cc's forwards) ----
+inline constexpr char kGuestProxyHost[] = "127.0.0.1";
+inline constexpr uint16_t kGuestProxyPort = 3128;
+inline constexpr char kGuestProxyUrl[] = "http://127.0.0.1:3128";
+inline constexpr char kGuestProxyListen[] = "tcp:127.0.0.1:3128";  // a forward's listen spec
+inline constexpr char kGuestAgentSocket[] = "/run/cloister/ssh-agent.sock";
+inline constexpr char kGuestAgentListen[] = "unix:/run/cloister/ssh-agent.sock";
+// Transparent egress: the agent's redirect listener (0.0.0.0) and its synthetic DNS.
+inline constexpr uint16_t kTransparentPort = 3129;
+inline constexpr uint16_t kTransparentDnsPort = 53;
+
+}  // namespace cloister::protocol
