@@ -28,6 +28,7 @@
 #include "store/store.h"
 #include "sshagent/agent.h"
 #include "sshagent/ed25519_key.h"
+#include "sshagent/host_pins.h"
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
@@ -257,7 +258,13 @@ Status Supervisor::StartEgress() {
       };
       Log("ssh: each signature needs confirmation (`cloister ssh-confirm " + opts_.name + "`)");
     }
-    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(std::move(key), comment, confirm);
+    // Login signatures only in sessions bound to a host key pinned for a policy host (pinned on
+    // first use, sshagent/host_pins.h).
+    auto pinner = std::make_shared<sshagent::HostKeyPinner>(sshagent::StoreHostPinnerDeps(
+        store_.get(), opts_.name, ssh_policy.tunnel_hosts, [](const std::string& m) { Log(m); }));
+    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(
+        std::move(key), comment, confirm,
+        [pinner](std::string_view blob) { return pinner->Bind(blob); });
   }
   return OkStatus();
 }
