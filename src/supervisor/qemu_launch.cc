@@ -26,7 +26,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   const bool resume = spec.incoming_defer;
   // SECURITY: QEMU opens no file by path (vm/qemu_access.h): every file and socket it needs is an
   // fd we pass, and as root it runs under the workspace's own unprivileged uid.
-  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityFor(spec.mac, spec.accel == Accel::kKvm));
+  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityForId(options.qemu_id, spec.accel == Accel::kKvm));
   QemuFds fds;
   auto pass_disk = [&](const BootFd& d) -> Result<DiskSpec> {
     ASSIGN_OR_RETURN(std::vector<DiskSpec> chain,

@@ -303,6 +303,8 @@ Status Supervisor::Boot(bool resume) {
   launch.output_path = paths_.supervisor_log;
   launch.progress = [this](const std::string& stage) { Progress(stage); };
   launch.log = Log;
+  // The uid is allocated in the store's registry (unique within the store, issue 15 item 13).
+  ASSIGN_OR_RETURN(launch.qemu_id, store_->QemuId(opts_.name));
   ASSIGN_OR_RETURN(qemu_pid_, LaunchQemu(plan, launch));
   pid_t pid = qemu_pid_;
   uint64_t gen = generation_;
