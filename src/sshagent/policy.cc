@@ -139,18 +139,18 @@ Result<SshPolicy> SshPolicyFromJson(const json& doc) {
   return p;
 }
 
+const ConfigSection<SshPolicy>& SshPolicySection() {
+  static const ConfigSection<SshPolicy> section{kSshPolicyConfigKey, SshPolicyFromJson,
+                                                SshPolicyToJson, ValidateSshPolicy};
+  return section;
+}
+
 Result<SshPolicy> SshPolicyFromConfig(const WorkspaceConfig& config) {
-  if (!config.extra.is_object()) return SshPolicy{};
-  auto it = config.extra.find(kSshPolicyConfigKey);
-  if (it == config.extra.end()) return SshPolicy{};
-  return SshPolicyFromJson(*it);
+  return LoadConfigSection(SshPolicySection(), config);
 }
 
 Status PutSshPolicy(WorkspaceConfig& config, const SshPolicy& policy) {
-  RETURN_IF_ERROR(ValidateSshPolicy(policy));
-  if (!config.extra.is_object()) config.extra = json::object();
-  config.extra[kSshPolicyConfigKey] = SshPolicyToJson(policy);
-  return OkStatus();
+  return PutConfigSection(SshPolicySection(), config, policy);
 }
 
 }  // namespace cloister::sshagent

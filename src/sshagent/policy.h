@@ -34,6 +34,7 @@
 
 #include "base/result.h"
 #include "store/config.h"
+#include "store/config_section.h"
 
 namespace cloister::sshagent {
 
@@ -66,6 +67,9 @@ std::string PinnedHostOf(const SshPolicy& policy, std::string_view key_blob);
 
 nlohmann::json SshPolicyToJson(const SshPolicy& policy);
 Result<SshPolicy> SshPolicyFromJson(const nlohmann::json& doc);
+
+// The "ssh" section (store/config_section.h): the shape shared with the egress policy.
+const ConfigSection<SshPolicy>& SshPolicySection();
 
 // The workspace's policy (defaults when config.json has no "ssh" key).
 Result<SshPolicy> SshPolicyFromConfig(const WorkspaceConfig& config);
