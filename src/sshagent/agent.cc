@@ -52,7 +52,7 @@ std::string SignRequestInfo::Describe() const {
   if (kind == Kind::kSshSig) {
     return "sign data (ssh-keygen -Y sign, namespace \"" + cut(sig_namespace) + "\")";
   }
-  return "SSH login as \"" + cut(user) + "\" to " + (host.empty() ? "(no bound host)" : cut(host));
+  return "SSH login as \"" + cut(user) + "\"" + (host.empty() ? "" : " to " + cut(host));
 }
 
 SignOnlyAgent::SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm,

@@ -59,6 +59,7 @@ Result<std::string> HostKeyPinner::Bind(std::string_view key_blob) {
 }
 
 HostPinnerDeps StoreHostPinnerDeps(Store* store, std::string name, std::vector<std::string> boot_hosts,
+                                   std::map<std::string, std::string> resolve,
                                    std::function<void(const std::string&)> log) {
   HostPinnerDeps d;
   d.load = [store, name, boot_hosts]() -> Result<SshPolicy> {
@@ -95,7 +96,7 @@ HostPinnerDeps StoreHostPinnerDeps(Store* store, std::string name, std::vector<s
     }
     return OkStatus();
   };
-  d.scan = KeyscanScanner();
+  d.scan = KeyscanScanner(std::move(resolve));
   return d;
 }
 

@@ -70,8 +70,10 @@ class HostKeyPinner {
 
 // The deps for workspace `name` of `store`: the policy as stored now (so `--unpin` applies at
 // once) restricted to `boot_hosts` (the tunnel hosts the running proxy allows), pins written
-// through Store::UpdateConfig, the real ssh-keyscan scan. `store` outlives the pinner.
+// through Store::UpdateConfig, the real ssh-keyscan scan (with the proxy's `resolve` overrides,
+// so it asks the host the proxy's tunnel reaches). `store` outlives the pinner.
 HostPinnerDeps StoreHostPinnerDeps(Store* store, std::string name, std::vector<std::string> boot_hosts,
+                                   std::map<std::string, std::string> resolve = {},
                                    std::function<void(const std::string&)> log = nullptr);
 
 // The real scan: `ssh-keyscan` (openssh-client) toward host:port, or toward `resolve`'s address

@@ -238,6 +238,7 @@ Status Supervisor::StartEgress() {
   // The egress policy (config.json "egress"), for both proxy and transparent mode; fail closed.
   ASSIGN_OR_RETURN(eo.egress_policy, proxy::EgressPolicyFromConfig(config_));
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
+  std::map<std::string, std::string> ssh_resolve = eo.resolve;  // the host key scans go there too
   ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
   egress_ = std::move(egress);
 
@@ -261,7 +262,8 @@ Status Supervisor::StartEgress() {
     // Login signatures only in sessions bound to a host key pinned for a policy host (pinned on
     // first use, sshagent/host_pins.h).
     auto pinner = std::make_shared<sshagent::HostKeyPinner>(sshagent::StoreHostPinnerDeps(
-        store_.get(), opts_.name, ssh_policy.tunnel_hosts, [](const std::string& m) { Log(m); }));
+        store_.get(), opts_.name, ssh_policy.tunnel_hosts, ssh_resolve,
+        [](const std::string& m) { Log(m); }));
     ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(
         std::move(key), comment, confirm,
         [pinner](std::string_view blob) { return pinner->Bind(blob); });
