@@ -1,6 +1,7 @@
 #include "sshagent/host_pins.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "base/strings.h"
 #include "base/subprocess.h"
@@ -123,8 +124,15 @@ HostKeyScanFn KeyscanScanner(std::map<std::string, std::string> resolve) {
     uint16_t target_port = port;
     if (auto it = resolve.find(host + ":" + std::to_string(port)); it != resolve.end()) {
       size_t colon = it->second.rfind(':');
+      unsigned parsed = 0;
+      std::string_view digits = colon == std::string::npos ? "" : std::string_view(it->second).substr(colon + 1);
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed);
+      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || parsed == 0 ||
+          parsed > 65535) {
+        return Error(ErrorCode::kInvalidArgument, "bad resolve override '" + it->second + "'");
+      }
       target = it->second.substr(0, colon);
-      target_port = static_cast<uint16_t>(std::stoi(it->second.substr(colon + 1)));
+      target_port = static_cast<uint16_t>(parsed);
     }
     RunOptions opts;
     opts.timeout = std::chrono::seconds(20);
