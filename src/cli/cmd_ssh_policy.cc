@@ -48,7 +48,9 @@ void AddSshPolicyCommand(CLI::App& app, Cli& cli) {
                   "when nobody answers); off: signatures need no confirmation")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--add-host", o->add_hosts,
-                  "Allow ssh tunnels to this host and its subdomains (repeatable)");
+                  "Allow ssh tunnels to this host and its subdomains; logins are signed for "
+                  "the host itself, whose keys are pinned at its first login (add a subdomain by "
+                  "name to log in there) (repeatable)");
   cmd->add_option("--remove-host", o->remove_hosts, "Stop allowing this host (repeatable)");
   cmd->add_flag("--no-hosts", o->no_hosts, "Allow no host at all (ssh out of the guest is off)");
   cmd->add_option("--ports", o->ports,
