@@ -250,8 +250,10 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
           }
         }
         if (*json) {
+          // "vault_key": where the master key lives, "secret-service" or "file" (vault/keys.h).
           cli.PrintJson({{"workspace", *name}, {"credentials", arr},
-                         {"llm_body", vault::LlmBodyPolicyName(v.llm_body_policy())}});
+                         {"llm_body", vault::LlmBodyPolicyName(v.llm_body_policy())},
+                         {"vault_key", v.key_backend()}});
           return OkStatus();
         }
         if (arr.empty()) {

@@ -45,6 +45,8 @@ TEST_F(CredCliTest, AddFromStdinListRemove) {
   ASSERT_EQ(ls.code, 0) << ls.err;
   EXPECT_EQ(ls.out.find("THEREALVALUE"), std::string::npos);
   auto doc = nlohmann::json::parse(ls.out);
+  // Which backend holds the master key (the fixture forces the file).
+  EXPECT_EQ(doc["vault_key"], "file");
   ASSERT_EQ(doc["credentials"].size(), 1u);
   EXPECT_EQ(doc["credentials"][0]["id"], "anthropic");
   EXPECT_EQ(doc["credentials"][0]["hosts"][0], "api.anthropic.com");

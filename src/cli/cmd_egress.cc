@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/lifecycle_check.h"
+#include "cli/policy_verb.h"
 #include "cli/store_verbs.h"
 #include "proxy/policy.h"
 
@@ -46,52 +47,43 @@ void AddEgressCommand(CLI::App& app, Cli& cli) {
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([&cli, o] {
     auto run = [&]() -> Status {
-      ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(cli));
-      ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(o->name));
-      Result<proxy::EgressPolicy> stored = proxy::EgressPolicyFromConfig(config);
-      // A damaged policy can always be replaced by --reset.
-      if (!stored.ok() && !o->reset) return stored.error();
-      proxy::EgressPolicy policy = stored.ok() ? *stored : proxy::EgressPolicy{};
       bool change = o->reset || o->allow_all || o->allowlist || !o->allow.empty() ||
                     !o->remove.empty();
-      if (o->reset) policy = proxy::EgressPolicy{};
-      for (const std::string& text : o->remove) {
-        ASSIGN_OR_RETURN(proxy::EgressRule r, proxy::ParseEgressRule(text));
-        auto it = std::find(policy.allow.begin(), policy.allow.end(), r);
-        if (it == policy.allow.end()) {
-          return Error(ErrorCode::kNotFound,
-                       r.ToString() + " is not an egress entry of " + o->name,
-                       "see `cloister egress " + o->name + "`");
-        }
-        policy.allow.erase(it);
-      }
-      for (const std::string& text : o->allow) {
-        ASSIGN_OR_RETURN(proxy::EgressRule r, proxy::ParseEgressRule(text));
-        if (std::find(policy.allow.begin(), policy.allow.end(), r) == policy.allow.end()) {
-          policy.allow.push_back(r);
-        }
-      }
-      if (!o->allow.empty() || o->allowlist) policy.allow_all = false;
-      if (o->allow_all) policy.allow_all = true;
-      RETURN_IF_ERROR(proxy::ValidateEgressPolicy(policy));
-      if (change) {
-        // A settings change: the config lock is enough (a running VM keeps its boot's policy).
-        RETURN_IF_ERROR(store->UpdateConfig(o->name, [&](WorkspaceConfig& c) {
-          return proxy::PutEgressPolicy(c, policy);
-        }));
-      }
+      ASSIGN_OR_RETURN(
+          PolicyChange<proxy::EgressPolicy> changed,
+          ChangePolicy<proxy::EgressPolicy>(
+              cli, proxy::EgressPolicySection(), o->name, o->reset, change,
+              [&](proxy::EgressPolicy& policy) -> Status {
+                for (const std::string& text : o->remove) {
+                  ASSIGN_OR_RETURN(proxy::EgressRule r, proxy::ParseEgressRule(text));
+                  auto it = std::find(policy.allow.begin(), policy.allow.end(), r);
+                  if (it == policy.allow.end()) {
+                    return Error(ErrorCode::kNotFound,
+                                 r.ToString() + " is not an egress entry of " + o->name,
+                                 "see `cloister egress " + o->name + "`");
+                  }
+                  policy.allow.erase(it);
+                }
+                for (const std::string& text : o->allow) {
+                  ASSIGN_OR_RETURN(proxy::EgressRule r, proxy::ParseEgressRule(text));
+                  if (std::find(policy.allow.begin(), policy.allow.end(), r) == policy.allow.end()) {
+                    policy.allow.push_back(r);
+                  }
+                }
+                if (!o->allow.empty() || o->allowlist) policy.allow_all = false;
+                if (o->allow_all) policy.allow_all = true;
+                return OkStatus();
+              }));
+      std::unique_ptr<Store>& store = changed.store;
+      const proxy::EgressPolicy& policy = changed.policy;
       bool running = AppliesAtNextStart(*store, o->name, lifecycle::Action::kConfigChange);
-      if (o->json) {
-        nlohmann::json doc = proxy::EgressPolicyToJson(policy);
-        nlohmann::json opaque = nlohmann::json::array();
-        for (const proxy::EgressRule& r : policy.allow) {
-          if (r.port != 0 && r.port != 80 && r.port != 443) opaque.push_back(r.ToString());
-        }
-        doc["opaque_tunnels"] = opaque;
-        doc["workspace"] = o->name;
-        doc["applies_at_next_start"] = change && running;
-        cli.PrintJson(doc);
-      } else {
+      nlohmann::json doc = proxy::EgressPolicyToJson(policy);
+      nlohmann::json opaque = nlohmann::json::array();
+      for (const proxy::EgressRule& r : policy.allow) {
+        if (r.port != 0 && r.port != 80 && r.port != 443) opaque.push_back(r.ToString());
+      }
+      doc["opaque_tunnels"] = opaque;
+      PrintPolicy(cli, o->name, o->json, std::move(doc), [&] {
         cli.out() << "egress: "
                   << (policy.allow_all ? "every destination is allowed"
                                        : "only the entries below are allowed")
@@ -106,11 +98,7 @@ void AddEgressCommand(CLI::App& app, Cli& cli) {
             cli.out() << "\n";
           }
         }
-        if (change && running) {
-          cli.err() << "cloister: " << o->name << " is running; the change applies at its next "
-                    << "start (`cloister reboot " << o->name << "`)\n";
-        }
-      }
+      }, change && running);
       return OkStatus();
     };
     if (Status st = run(); !st.ok()) cli.Fail(st.error());

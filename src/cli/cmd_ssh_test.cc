@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/testing.h"
 #include "sshagent/ed25519_key.h"
+#include "sshagent/host_key.h"
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/env.h"
@@ -196,6 +197,64 @@ TEST_F(SshCliTest, SshPolicyShowsChangesAndValidates) {
 
   Outcome unknown = Run({"ssh-policy", "nope"});
   EXPECT_NE(unknown.code, 0);
+}
+
+// Issue 15 item 10: pinned host keys are shown and resettable with `cloister ssh-policy`.
+TEST_F(SshCliTest, SshPolicyShowsAndForgetsPinnedHostKeys) {
+  ASSERT_EQ(Create("dev").code, 0);
+  Outcome none = Run({"ssh-policy", "dev"});
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_NE(none.out.find("pinned host keys: (none yet"), std::string::npos) << none.out;
+  // The supervisor pins on first use; here the pins are written as it writes them.
+  auto k1 = sshagent::Ed25519Key::Generate();
+  auto k2 = sshagent::Ed25519Key::Generate();
+  ASSERT_TRUE(k1.ok() && k2.ok());
+  std::string line1 = *sshagent::HostKeyLine(k1->PublicKeyBlob());
+  std::string line2 = *sshagent::HostKeyLine(k2->PublicKeyBlob());
+  auto store = Store::Open(store_);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->UpdateConfig("dev", [&](WorkspaceConfig& c) -> Status {
+    sshagent::SshPolicy p;
+    p.host_keys["github.com"] = {line1};
+    p.host_keys["gitlab.com"] = {line2};
+    return sshagent::PutSshPolicy(c, p);
+  }).ok());
+  Outcome show = Run({"ssh-policy", "dev"});
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("  github.com  ssh-ed25519 " + k1->Fingerprint()), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("  gitlab.com  ssh-ed25519 " + k2->Fingerprint()), std::string::npos) << show.out;
+  nlohmann::json j = Run({"ssh-policy", "dev", "--json"}).json();
+  EXPECT_EQ(j["host_keys"]["github.com"][0]["key"], line1);
+  EXPECT_EQ(j["host_keys"]["github.com"][0]["fingerprint"], k1->Fingerprint());
+  // --unpin forgets one host's keys; again is an error that says so.
+  Outcome unpin = Run({"ssh-policy", "dev", "--unpin", "GitHub.com", "--json"});
+  ASSERT_EQ(unpin.code, 0) << unpin.err;
+  EXPECT_FALSE(unpin.json()["host_keys"].contains("github.com"));
+  EXPECT_TRUE(unpin.json()["host_keys"].contains("gitlab.com"));
+  Outcome again = Run({"ssh-policy", "dev", "--unpin", "github.com"});
+  EXPECT_NE(again.code, 0);
+  EXPECT_NE(again.err.find("github.com has no pinned host key"), std::string::npos) << again.err;
+  auto cfg = (*store)->LoadConfig("dev");
+  ASSERT_TRUE(cfg.ok());
+  auto stored = sshagent::SshPolicyFromConfig(*cfg);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->host_keys.count("github.com"), 0u);
+  // Removing a host forgets its pins; --reset forgets them all.
+  ASSERT_EQ(Run({"ssh-policy", "dev", "--remove-host", "gitlab.com"}).code, 0);
+  cfg = (*store)->LoadConfig("dev");
+  EXPECT_TRUE(sshagent::SshPolicyFromConfig(*cfg)->host_keys.empty());
+  // A pin for a host outside the policy, or a malformed key, is a damaged policy (fail closed).
+  ASSERT_TRUE((*store)->UpdateConfig("dev", [&](WorkspaceConfig& c) {
+    c.extra["ssh"] = {{"host_keys", {{"evil.example", {line1}}}}};
+    return OkStatus();
+  }).ok());
+  EXPECT_NE(Run({"ssh-policy", "dev"}).code, 0);
+  ASSERT_TRUE((*store)->UpdateConfig("dev", [&](WorkspaceConfig& c) {
+    c.extra["ssh"] = {{"host_keys", {{"github.com", {"ssh-ed25519 AAAA"}}}}};
+    return OkStatus();
+  }).ok());
+  EXPECT_NE(Run({"ssh-policy", "dev"}).code, 0);
+  EXPECT_EQ(Run({"ssh-policy", "dev", "--reset"}).code, 0);
 }
 
 TEST_F(SshCliTest, SshConfirmNeedsARunningWorkspace) {

@@ -138,18 +138,18 @@ Result<EgressPolicy> EgressPolicyFromJson(const json& doc) {
   return p;
 }
 
+const ConfigSection<EgressPolicy>& EgressPolicySection() {
+  static const ConfigSection<EgressPolicy> section{kEgressPolicyConfigKey, EgressPolicyFromJson,
+                                                   EgressPolicyToJson, ValidateEgressPolicy};
+  return section;
+}
+
 Result<EgressPolicy> EgressPolicyFromConfig(const WorkspaceConfig& config) {
-  if (!config.extra.is_object()) return EgressPolicy{};
-  auto it = config.extra.find(kEgressPolicyConfigKey);
-  if (it == config.extra.end()) return EgressPolicy{};
-  return EgressPolicyFromJson(*it);
+  return LoadConfigSection(EgressPolicySection(), config);
 }
 
 Status PutEgressPolicy(WorkspaceConfig& config, const EgressPolicy& policy) {
-  RETURN_IF_ERROR(ValidateEgressPolicy(policy));
-  if (!config.extra.is_object()) config.extra = json::object();
-  config.extra[kEgressPolicyConfigKey] = EgressPolicyToJson(policy);
-  return OkStatus();
+  return PutConfigSection(EgressPolicySection(), config, policy);
 }
 
 }  // namespace cloister::proxy

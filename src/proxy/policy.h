@@ -29,6 +29,7 @@
 
 #include "base/result.h"
 #include "store/config.h"
+#include "store/config_section.h"
 
 namespace cloister::proxy {
 
@@ -62,6 +63,9 @@ Status ValidateEgressPolicy(const EgressPolicy& policy);
 
 nlohmann::json EgressPolicyToJson(const EgressPolicy& policy);
 Result<EgressPolicy> EgressPolicyFromJson(const nlohmann::json& doc);
+
+// The "egress" section (store/config_section.h): the shape shared with the SSH policy.
+const ConfigSection<EgressPolicy>& EgressPolicySection();
 
 // The workspace's policy (defaults when config.json has no "egress" key).
 Result<EgressPolicy> EgressPolicyFromConfig(const WorkspaceConfig& config);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "sshagent/host_key.h"
 #include "sshagent/wire.h"
 
 namespace cloister::sshagent {
@@ -15,6 +16,7 @@ constexpr uint8_t kMsgUserAuthRequest = 50;  // SSH2_MSG_USERAUTH_REQUEST
 constexpr std::string_view kSshSigMagic = "SSHSIG";
 constexpr size_t kMaxSessionId = 64;         // SHA-512 output
 constexpr size_t kMaxName = 1024;
+constexpr std::string_view kSessionBind = "session-bind@openssh.com";
 
 std::string Framed(std::string_view body) {
   return SshWriter().Uint32(static_cast<uint32_t>(body.size())).Raw(body).Take();
@@ -50,11 +52,15 @@ std::string SignRequestInfo::Describe() const {
   if (kind == Kind::kSshSig) {
     return "sign data (ssh-keygen -Y sign, namespace \"" + cut(sig_namespace) + "\")";
   }
-  return "SSH login as \"" + cut(user) + "\"";
+  return "SSH login as \"" + cut(user) + "\"" + (host.empty() ? "" : " to " + cut(host));
 }
 
-SignOnlyAgent::SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm)
-    : key_(std::move(key)), comment_(std::move(comment)), confirm_(std::move(confirm)) {
+SignOnlyAgent::SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm,
+                             HostBinder binder)
+    : key_(std::move(key)),
+      comment_(std::move(comment)),
+      confirm_(std::move(confirm)),
+      binder_(std::move(binder)) {
   key_blob_ = key_.PublicKeyBlob();
 }
 
@@ -115,17 +121,47 @@ Result<SignRequestInfo> ClassifySignData(std::string_view data, std::string_view
   if (alg != kEd25519KeyType) return Error(ErrorCode::kCorrupt, "userauth: algorithm is not ssh-ed25519");
   if (blob != our_key_blob) return Error(ErrorCode::kCorrupt, "userauth: names another key");
   if (hostbound) {
-    ASSIGN_OR_RETURN(std::string_view host_key, r.String(16 * 1024));
-    (void)host_key;
+    ASSIGN_OR_RETURN(std::string_view host_key, r.String(kMaxHostKeyBlob));
+    info.host_key = std::string(host_key);
   }
   RETURN_IF_ERROR(r.ExpectEnd("userauth data"));
   if (!PrintableName(user)) return Error(ErrorCode::kCorrupt, "userauth: bad user name");
   info.kind = SignRequestInfo::Kind::kUserAuth;
   info.user = std::string(user);
+  info.session_id = std::string(session_id);
   return info;
 }
 
-Result<std::string> SignOnlyAgent::HandleSign(std::string_view payload) const {
+Status SignOnlyAgent::HandleBind(std::string_view payload, AgentSession* session) const {
+  // SECURITY: every field is the guest's. The signature proves the session id was signed by the
+  // host key (so the guest cannot bind to a key it has no session with); the binder decides
+  // whether that key is pinned for a policy host.
+  SshReader r(payload);
+  ASSIGN_OR_RETURN(std::string_view host_key, r.String(kMaxHostKeyBlob));
+  ASSIGN_OR_RETURN(std::string_view session_id, r.String(kMaxSessionId));
+  ASSIGN_OR_RETURN(std::string_view signature, r.String(kMaxHostKeyBlob));
+  ASSIGN_OR_RETURN(bool forwarding, r.Bool());
+  RETURN_IF_ERROR(r.ExpectEnd("session-bind"));
+  if (session->bound) {
+    return Error(ErrorCode::kFailedPrecondition, "session-bind: the connection is already bound");
+  }
+  if (forwarding) {
+    return Error(ErrorCode::kPermissionDenied, "session-bind: agent forwarding is not offered");
+  }
+  if (session_id.empty()) return Error(ErrorCode::kCorrupt, "session-bind: empty session id");
+  RETURN_IF_ERROR(VerifyHostKeySignature(host_key, session_id, signature));
+  if (!binder_) return Error(ErrorCode::kPermissionDenied, "session-bind: no host key is pinned");
+  ASSIGN_OR_RETURN(std::string host, binder_(host_key));
+  if (host.empty()) return Error(ErrorCode::kPermissionDenied, "session-bind: host key not pinned");
+  session->bound = true;
+  session->host_key = std::string(host_key);
+  session->session_id = std::string(session_id);
+  session->host = std::move(host);
+  return OkStatus();
+}
+
+Result<std::string> SignOnlyAgent::HandleSign(std::string_view payload,
+                                              const AgentSession& session) const {
   SshReader r(payload);
   ASSIGN_OR_RETURN(std::string_view blob, r.String(kMaxAgentMessage));
   ASSIGN_OR_RETURN(std::string_view data, r.String(kMaxAgentMessage));
@@ -137,6 +173,19 @@ Result<std::string> SignOnlyAgent::HandleSign(std::string_view payload) const {
   }
   ASSIGN_OR_RETURN(SignRequestInfo info, ClassifySignData(data, key_blob_));
   info.flags = flags;
+  if (info.kind == SignRequestInfo::Kind::kUserAuth) {
+    // SECURITY: a login signature only for the session this connection is bound to, whose host
+    // key is pinned for a policy host (issue 15 item 10). Unbound, another session's id, or a
+    // hostbound request naming another host key: refused.
+    if (!session.bound) return Error(ErrorCode::kPermissionDenied, "userauth: session not bound");
+    if (info.session_id != session.session_id) {
+      return Error(ErrorCode::kPermissionDenied, "userauth: another session than the bound one");
+    }
+    if (!info.host_key.empty() && info.host_key != session.host_key) {
+      return Error(ErrorCode::kPermissionDenied, "userauth: another host key than the bound one");
+    }
+    info.host = session.host;
+  }
   if (confirm_ && !confirm_(info)) return Error(ErrorCode::kCancelled, "signature refused by user");
   ASSIGN_OR_RETURN(std::string sig, key_.SignBlob(data));
   {
@@ -146,7 +195,7 @@ Result<std::string> SignOnlyAgent::HandleSign(std::string_view payload) const {
   return SshWriter().Byte(kAgentSignResponse).String(sig).Take();
 }
 
-std::string SignOnlyAgent::Handle(std::string_view message) const {
+std::string SignOnlyAgent::Handle(std::string_view message, AgentSession* session) const {
   SshReader r(message);
   auto type = r.Byte();
   if (!type.ok()) return Refuse();
@@ -162,13 +211,20 @@ std::string SignOnlyAgent::Handle(std::string_view message) const {
           .Take();
     }
     case kAgentcSignRequest: {
-      auto reply = HandleSign(payload);
+      auto reply = HandleSign(payload, *session);
       if (!reply.ok()) return Refuse();
       return std::move(reply).value();
     }
+    case kAgentcExtension: {
+      SshReader ext(payload);
+      auto name = ext.String(kMaxName);
+      if (!name.ok() || *name != kSessionBind) return Refuse();
+      if (!HandleBind(payload.substr(4 + name->size()), session).ok()) return Refuse();
+      return std::string(1, static_cast<char>(kAgentSuccess));
+    }
     default:
-      // Add/remove/remove-all identities, smartcard keys, lock/unlock, extensions (including
-      // session-bind and query) and anything unknown: refused. Nothing here changes state.
+      // Add/remove/remove-all identities, smartcard keys, lock/unlock, and anything unknown:
+      // refused. Nothing here changes state.
       return Refuse();
   }
 }
@@ -199,7 +255,7 @@ Result<std::string> AgentConnection::Consume(std::string_view bytes, std::string
     buffer_.append(bytes.substr(0, take));
     bytes.remove_prefix(take);
     if (buffer_.size() < 4 + static_cast<size_t>(len)) break;
-    out += Framed(agent_.Handle(std::string_view(buffer_).substr(4)));
+    out += Framed(agent_.Handle(std::string_view(buffer_).substr(4), &session_));
     buffer_.clear();
   }
   return out;

@@ -3,11 +3,18 @@
 // Shape (after Chromium's syscall broker): the holder of the private key answers an allowlisted
 // pair of requests and refuses everything else.
 //   SSH_AGENTC_REQUEST_IDENTITIES -> the workspace's one public key
+//   SSH_AGENTC_EXTENSION "session-bind@openssh.com"
+//                                 -> SUCCESS once per connection, if the server host key's
+//                                    signature over the session id verifies, the binding is not
+//                                    for forwarding, and the host binder names the policy host that
+//                                    key is pinned for (sshagent/host_pins.h)
 //   SSH_AGENTC_SIGN_REQUEST       -> an ssh-ed25519 signature, only for our key, only over an SSH
-//                                    user-authentication request or an SSHSIG blob (ssh-keygen -Y,
-//                                    git commit signing), only with known flags, and only if the
-//                                    optional confirmation callback says yes
-//   anything else (add, remove, remove-all, lock/unlock, smartcard, extensions, unknown)
+//                                    user-authentication request of the connection's bound session
+//                                    (same session id; for publickey-hostbound, same host key) or
+//                                    an SSHSIG blob (ssh-keygen -Y, git commit signing), only with
+//                                    known flags, and only if the optional confirmation callback
+//                                    says yes
+//   anything else (add, remove, remove-all, lock/unlock, smartcard, other extensions, unknown)
 //                                 -> SSH_AGENT_FAILURE
 // There is no path to the host's own agent and no way to load another key: the agent holds
 // exactly the key it was constructed with.
@@ -64,23 +71,48 @@ struct SignRequestInfo {
   enum class Kind { kUserAuth, kSshSig };
   Kind kind = Kind::kUserAuth;
   std::string user;        // kUserAuth: the remote user name
+  std::string host;        // kUserAuth: the policy host the session is bound to (set by the agent)
+  std::string session_id;  // kUserAuth: the SSH session identifier the request signs
+  std::string host_key;    // kUserAuth, publickey-hostbound only: the server host key blob
   std::string sig_namespace;  // kSshSig: e.g. "git", "file"
   uint32_t flags = 0;
-  std::string Describe() const;  // one line for the terminal, e.g. "SSH login as git"
+  // One line for the terminal, e.g. `SSH login as "git" to github.com`.
+  std::string Describe() const;
 };
 
 // Returns true to allow the signature. Called on the serving thread; must be thread-safe if one
 // agent serves several connections. The supervisor implements it on the user's terminal.
 using ConfirmFn = std::function<bool(const SignRequestInfo&)>;
 
+// Names the policy host a server host key (blob) is pinned for, pinning it on first use; an error
+// refuses the binding. Called on the serving thread, may block (a first use asks the host for its
+// keys); must be thread-safe. No binder: every binding, so every user-authentication, is refused.
+using HostBinder = std::function<Result<std::string>(std::string_view host_key_blob)>;
+
+// One agent connection's session binding (OpenSSH's PROTOCOL.agent: a connection is bound by
+// the client once, right after key exchange). Owned by the connection (AgentConnection).
+struct AgentSession {
+  bool bound = false;
+  std::string host_key;    // blob
+  std::string session_id;
+  std::string host;        // the policy host the binder named
+};
+
 class SignOnlyAgent {
  public:
   // `comment` is what `ssh-add -L` shows after the key (e.g. "cloister:NAME").
-  SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm = nullptr);
+  SignOnlyAgent(Ed25519Key key, std::string comment, ConfirmFn confirm = nullptr,
+                HostBinder binder = nullptr);
 
-  // Handles one message body (type byte + payload, without the length prefix) and returns the
-  // reply body. Never fails: anything it will not do is answered with SSH_AGENT_FAILURE.
-  std::string Handle(std::string_view message) const;
+  // Handles one message body (type byte + payload, without the length prefix) of the connection
+  // whose binding is `*session`, and returns the reply body. Never fails: anything it will not do
+  // is answered with SSH_AGENT_FAILURE.
+  std::string Handle(std::string_view message, AgentSession* session) const;
+  // The same on a fresh, unbound connection.
+  std::string Handle(std::string_view message) const {
+    AgentSession fresh;
+    return Handle(message, &fresh);
+  }
 
   const Ed25519Key& key() const { return key_; }
   const std::string& comment() const { return comment_; }
@@ -90,19 +122,22 @@ class SignOnlyAgent {
   uint64_t refusals() const;
 
  private:
-  Result<std::string> HandleSign(std::string_view payload) const;
+  Result<std::string> HandleSign(std::string_view payload, const AgentSession& session) const;
+  Status HandleBind(std::string_view payload, AgentSession* session) const;
   std::string Refuse() const;
 
   Ed25519Key key_;
   std::string key_blob_;
   std::string comment_;
   ConfirmFn confirm_;
+  HostBinder binder_;
   mutable std::mutex mu_;
   mutable uint64_t signatures_ = 0;  // guarded by mu_
   mutable uint64_t refusals_ = 0;    // guarded by mu_
 };
 
-// Checks what a sign request's data is and that it names our key. Exposed for tests and fuzzing.
+// Checks what a sign request's data is and that it names our key (binding is checked by the
+// agent, not here). Exposed for tests and fuzzing.
 // SECURITY: parses guest bytes with bounded reads.
 Result<SignRequestInfo> ClassifySignData(std::string_view data, std::string_view our_key_blob);
 
@@ -120,6 +155,7 @@ class AgentConnection {
 
  private:
   const SignOnlyAgent& agent_;
+  AgentSession session_;
   std::string buffer_;
 };
 

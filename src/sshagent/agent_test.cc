@@ -15,24 +15,63 @@ namespace {
 
 std::string Seed(char c) { return std::string(kEd25519SeedSize, c); }
 
-SignOnlyAgent MakeAgent(ConfirmFn confirm = nullptr) {
+const std::string kSid(32, 's');  // the session id of the bound test session
+
+// The server host key of the test sessions, pinned for git.example.test by the test binder.
+const Ed25519Key& HostKey() {
+  static const Ed25519Key* k = new Ed25519Key(std::move(Ed25519Key::FromSeed(Seed('h'))).value());
+  return *k;
+}
+
+Result<std::string> TestBinder(std::string_view blob) {
+  if (blob == HostKey().PublicKeyBlob()) return std::string("git.example.test");
+  return Error(ErrorCode::kPermissionDenied, "not pinned");
+}
+
+SignOnlyAgent MakeAgent(ConfirmFn confirm = nullptr, HostBinder binder = TestBinder) {
   auto key = Ed25519Key::FromSeed(Seed('k'));
   EXPECT_TRUE(key.ok());
-  return SignOnlyAgent(std::move(key).value(), "cloister:test", std::move(confirm));
+  return SignOnlyAgent(std::move(key).value(), "cloister:test", std::move(confirm), std::move(binder));
+}
+
+// A session-bind@openssh.com message: `host` signs `sid` (or `signed_sid` when given).
+std::string BindMessage(const Ed25519Key& host, const std::string& sid, bool forwarding = false,
+                        const std::string& signed_sid = "") {
+  auto sig = host.SignBlob(signed_sid.empty() ? sid : signed_sid);
+  EXPECT_TRUE(sig.ok());
+  return SshWriter()
+      .Byte(kAgentcExtension)
+      .String("session-bind@openssh.com")
+      .String(host.PublicKeyBlob())
+      .String(sid)
+      .String(*sig)
+      .Byte(forwarding ? 1 : 0)
+      .Take();
+}
+
+const std::string kSuccess(1, static_cast<char>(kAgentSuccess));
+
+// A session bound to HostKey() with session id kSid.
+AgentSession Bound(const SignOnlyAgent& agent) {
+  AgentSession s;
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), kSid), &s), kSuccess);
+  return s;
 }
 
 std::string UserAuthData(const std::string& key_blob, const std::string& user = "git",
-                         const std::string& alg = "ssh-ed25519") {
-  return SshWriter()
-      .String(std::string(32, 's'))  // session id
+                         const std::string& alg = "ssh-ed25519", const std::string& sid = kSid,
+                         const std::string* hostbound_key = nullptr) {
+  SshWriter w;
+  w.String(sid)
       .Byte(50)
       .String(user)
       .String("ssh-connection")
-      .String("publickey")
+      .String(hostbound_key ? "publickey-hostbound-v00@openssh.com" : "publickey")
       .Byte(1)
       .String(alg)
-      .String(key_blob)
-      .Take();
+      .String(key_blob);
+  if (hostbound_key) w.String(*hostbound_key);
+  return w.Take();
 }
 
 std::string SshSigData(const std::string& ns) {
@@ -104,8 +143,9 @@ TEST(SignOnlyAgentTest, SignsUserAuthWithOurKeyAndSignatureVerifies) {
   SignOnlyAgent agent = MakeAgent();
   std::string blob = agent.key().PublicKeyBlob();
   std::string data = UserAuthData(blob);
+  AgentSession session = Bound(agent);
   for (uint32_t flags : {0u, kAgentRsaSha2_256, kAgentRsaSha2_512}) {
-    std::string reply = agent.Handle(SignRequest(blob, data, flags));
+    std::string reply = agent.Handle(SignRequest(blob, data, flags), &session);
     SshReader r(reply);
     ASSERT_EQ(*r.Byte(), kAgentSignResponse) << "flags " << flags;
     auto sig = r.String();
@@ -132,8 +172,9 @@ TEST(SignOnlyAgentTest, SignsSshSigBlobs) {
 TEST(SignOnlyAgentTest, RefusesUnknownOrObsoleteFlags) {
   SignOnlyAgent agent = MakeAgent();
   std::string blob = agent.key().PublicKeyBlob();
+  AgentSession session = Bound(agent);
   for (uint32_t flags : {1u, 8u, 0x80000000u, 0x7u}) {
-    EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob), flags)), kFailure) << flags;
+    EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob), flags), &session), kFailure) << flags;
   }
   EXPECT_EQ(agent.signatures(), 0u);
 }
@@ -144,19 +185,22 @@ TEST(SignOnlyAgentTest, RefusesOtherKeysAndArbitraryData) {
   auto other = Ed25519Key::FromSeed(Seed('o'));
   ASSERT_TRUE(other.ok());
   std::string other_blob = other->PublicKeyBlob();
+  AgentSession s = Bound(agent);
   // A sign request naming another key.
-  EXPECT_EQ(agent.Handle(SignRequest(other_blob, UserAuthData(other_blob), 0)), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(other_blob, UserAuthData(other_blob), 0), &s), kFailure);
   // Our key, but userauth data naming another key / another algorithm.
-  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(other_blob), 0)), kFailure);
-  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "git", "rsa-sha2-256"), 0)), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(other_blob), 0), &s), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "git", "rsa-sha2-256"), 0), &s), kFailure);
   // Arbitrary bytes: the key is not a general signing oracle.
-  EXPECT_EQ(agent.Handle(SignRequest(blob, "please sign this", 0)), kFailure);
-  EXPECT_EQ(agent.Handle(SignRequest(blob, "", 0)), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, "please sign this", 0), &s), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, "", 0), &s), kFailure);
   // Trailing bytes after the flags, truncated request.
-  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob), 0) + "x"), kFailure);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob), 0) + "x", &s), kFailure);
   std::string req = SignRequest(blob, UserAuthData(blob), 0);
-  EXPECT_EQ(agent.Handle(req.substr(0, req.size() - 2)), kFailure);
+  EXPECT_EQ(agent.Handle(req.substr(0, req.size() - 2), &s), kFailure);
   EXPECT_EQ(agent.signatures(), 0u);
+  // The same request, whole, in the bound session: signed (the refusals above were the checks).
+  EXPECT_EQ(agent.Handle(req, &s)[0], static_cast<char>(kAgentSignResponse));
 }
 
 TEST(SignOnlyAgentTest, EveryOtherMessageTypeGetsFailure) {
@@ -193,21 +237,108 @@ TEST(SignOnlyAgentTest, EveryOtherMessageTypeGetsFailure) {
   EXPECT_EQ(*r.String(), blob);
 }
 
-TEST(SignOnlyAgentTest, ConfirmationCanRefuseAndSeesTheUser) {
-  std::string seen_user;
+TEST(SignOnlyAgentTest, ConfirmationCanRefuseAndSeesTheUserAndHost) {
+  std::string seen_user, seen;
   bool allow = false;
   SignOnlyAgent agent = MakeAgent([&](const SignRequestInfo& info) {
     seen_user = info.user;
+    seen = info.Describe();
     return allow;
   });
   std::string blob = agent.key().PublicKeyBlob();
-  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "alice"), 0)), kFailure);
+  AgentSession s = Bound(agent);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "alice"), 0), &s), kFailure);
   EXPECT_EQ(seen_user, "alice");
   EXPECT_EQ(agent.signatures(), 0u);
   allow = true;
-  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "bob"), 0))[0],
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "bob"), 0), &s)[0],
             static_cast<char>(kAgentSignResponse));
   EXPECT_EQ(seen_user, "bob");
+  // The prompt names the host the session is bound to (from the pin, not from the guest).
+  EXPECT_EQ(seen, "SSH login as \"bob\" to git.example.test");
+}
+
+// Issue 15 item 10: userauth signatures only inside a session bound to a pinned host key.
+TEST(SessionBindTest, UserAuthOutsideABoundSessionIsRefused) {
+  SignOnlyAgent agent = MakeAgent();
+  std::string blob = agent.key().PublicKeyBlob();
+  std::string req = SignRequest(blob, UserAuthData(blob), 0);
+  AgentSession unbound;
+  EXPECT_EQ(agent.Handle(req, &unbound), kFailure);
+  EXPECT_EQ(agent.Handle(req), kFailure);
+  // SSHSIG (git commit signing) is not a login and needs no binding.
+  EXPECT_EQ(agent.Handle(SignRequest(blob, SshSigData("git"), 0), &unbound)[0],
+            static_cast<char>(kAgentSignResponse));
+  EXPECT_EQ(agent.signatures(), 1u);
+}
+
+TEST(SessionBindTest, BindingToAnUnpinnedHostKeyIsRefused) {
+  SignOnlyAgent agent = MakeAgent();
+  std::string blob = agent.key().PublicKeyBlob();
+  auto stranger = Ed25519Key::FromSeed(Seed('x'));
+  ASSERT_TRUE(stranger.ok());
+  AgentSession s;
+  EXPECT_EQ(agent.Handle(BindMessage(*stranger, kSid), &s), kFailure);
+  EXPECT_FALSE(s.bound);
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob), 0), &s), kFailure);
+  // No binder at all: fail closed.
+  SignOnlyAgent no_binder = MakeAgent(nullptr, nullptr);
+  AgentSession s2;
+  EXPECT_EQ(no_binder.Handle(BindMessage(HostKey(), kSid), &s2), kFailure);
+  EXPECT_EQ(no_binder.Handle(SignRequest(blob, UserAuthData(blob), 0), &s2), kFailure);
+  EXPECT_EQ(agent.signatures() + no_binder.signatures(), 0u);
+}
+
+TEST(SessionBindTest, ABadHostSignatureForwardingOrRebindIsRefused) {
+  SignOnlyAgent agent = MakeAgent();
+  AgentSession s;
+  // The pinned key's signature over another session id: the guest has no session with it.
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), kSid, false, std::string(32, 'z')), &s), kFailure);
+  EXPECT_FALSE(s.bound);
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), kSid, /*forwarding=*/true), &s), kFailure);
+  EXPECT_FALSE(s.bound);
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), kSid) + "x", &s), kFailure);
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), kSid), &s), kSuccess);
+  EXPECT_EQ(s.host, "git.example.test");
+  // One binding per connection.
+  EXPECT_EQ(agent.Handle(BindMessage(HostKey(), std::string(32, 't')), &s), kFailure);
+  EXPECT_EQ(s.session_id, kSid);
+}
+
+TEST(SessionBindTest, UserAuthForAnotherSessionOrHostKeyIsRefused) {
+  SignOnlyAgent agent = MakeAgent();
+  std::string blob = agent.key().PublicKeyBlob();
+  AgentSession s = Bound(agent);
+  // Another session's id (a relayed challenge).
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "git", "ssh-ed25519", std::string(32, 'r')), 0), &s),
+            kFailure);
+  // publickey-hostbound naming another host key than the bound one.
+  auto stranger = Ed25519Key::FromSeed(Seed('x'));
+  ASSERT_TRUE(stranger.ok());
+  std::string stranger_blob = stranger->PublicKeyBlob();
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "git", "ssh-ed25519", kSid, &stranger_blob), 0), &s),
+            kFailure);
+  EXPECT_EQ(agent.signatures(), 0u);
+  std::string host_blob = HostKey().PublicKeyBlob();
+  EXPECT_EQ(agent.Handle(SignRequest(blob, UserAuthData(blob, "git", "ssh-ed25519", kSid, &host_blob), 0), &s)[0],
+            static_cast<char>(kAgentSignResponse));
+}
+
+TEST(SessionBindTest, BindingLastsForItsConnectionOnly) {
+  SignOnlyAgent agent = MakeAgent();
+  std::string blob = agent.key().PublicKeyBlob();
+  auto framed = [](const std::string& m) { return SshWriter().String(m).Take(); };
+  AgentConnection one(agent), two(agent);
+  std::string fatal;
+  auto bound = one.Consume(framed(BindMessage(HostKey(), kSid)), &fatal);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ(*bound, framed(kSuccess));
+  auto on_two = two.Consume(framed(SignRequest(blob, UserAuthData(blob), 0)), &fatal);
+  ASSERT_TRUE(on_two.ok());
+  EXPECT_EQ(*on_two, framed(kFailure));
+  auto on_one = one.Consume(framed(SignRequest(blob, UserAuthData(blob), 0)), &fatal);
+  ASSERT_TRUE(on_one.ok());
+  EXPECT_EQ(static_cast<uint8_t>((*on_one)[4]), kAgentSignResponse);
 }
 
 TEST(AgentConnectionTest, ReassemblesMessagesSplitAcrossReads) {

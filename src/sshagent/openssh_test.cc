@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -24,6 +26,8 @@
 #include "proxy/trace.h"
 #include "sshagent/agent.h"
 #include "sshagent/guest_ssh.h"
+#include "sshagent/host_key.h"
+#include "sshagent/host_pins.h"
 #include "sshagent/unix_server.h"
 
 namespace cloister::sshagent {
@@ -79,7 +83,23 @@ class OpenSshAgentTest : public ::testing::Test {
     dir_ = tmpl;
     auto key = Ed25519Key::Generate();
     ASSERT_TRUE(key.ok());
-    agent_ = std::make_unique<SignOnlyAgent>(std::move(key).value(), "cloister:test-ws");
+    // The binder: the workspace policy policy_ (set by each test), pinning on first use with the
+    // real ssh-keyscan, which asks the host the policy names (resolve_ maps test names to sshd).
+    agent_ = std::make_unique<SignOnlyAgent>(
+        std::move(key).value(), "cloister:test-ws", nullptr,
+        [this](std::string_view blob) -> Result<std::string> {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!pinner_) {
+            pinner_ = std::make_unique<HostKeyPinner>(HostPinnerDeps{
+                [this]() -> Result<SshPolicy> { return policy_; },
+                [this](const std::string& host, const std::vector<std::string>& lines) -> Status {
+                  policy_.host_keys[host] = lines;
+                  return ValidateSshPolicy(policy_);
+                },
+                KeyscanScanner(resolve_)});
+          }
+          return pinner_->Bind(blob);
+        });
     sock_ = (dir_ / "agent.sock").string();
     auto server = UnixAgentServer::Start(sock_, agent_.get());
     ASSERT_TRUE(server.ok()) << server.error().ToString();
@@ -123,10 +143,19 @@ class OpenSshAgentTest : public ::testing::Test {
 
   // Starts sshd on 127.0.0.1 (own host key hostkey/hostkey.pub, only the workspace key
   // authorised); returns its port, or -1. Callers skip first unless SshdRunnable().
-  int StartSshd() {
+  // Also offers ECDSA (hostkey_ecdsa) and RSA (hostkey_rsa) host keys when `all_types`.
+  int StartSshd(bool all_types = false) {
     fs::create_directories("/run/sshd");  // sshd's privilege separation directory (Debian)
     RunOutput hk = Run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()});
     EXPECT_EQ(hk.exit_code, 0) << hk.err;
+    std::string extra_keys;
+    if (all_types) {
+      for (auto [type, name] : {std::pair<const char*, const char*>{"ecdsa", "hostkey_ecdsa"}, {"rsa", "hostkey_rsa"}}) {
+        RunOutput k = Run({"ssh-keygen", "-q", "-t", type, "-N", "", "-f", (dir_ / name).string()});
+        EXPECT_EQ(k.exit_code, 0) << k.err;
+        extra_keys += "HostKey " + (dir_ / name).string() + "\n";
+      }
+    }
     WriteFile(dir_ / "authorized_keys", pub_line_ + "\n");
     int port = -1;
     for (int attempt = 0; attempt < 3 && sshd_pid_ < 0; ++attempt) {
@@ -134,7 +163,7 @@ class OpenSshAgentTest : public ::testing::Test {
       if (port <= 0) return -1;
       std::ostringstream cfg;
       cfg << "ListenAddress 127.0.0.1:" << port << "\n"
-          << "HostKey " << (dir_ / "hostkey").string() << "\n"
+          << "HostKey " << (dir_ / "hostkey").string() << "\n" << extra_keys
           << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
           << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
           << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
@@ -159,6 +188,36 @@ class OpenSshAgentTest : public ::testing::Test {
     return sshd_pid_ > 0 ? port : -1;
   }
 
+  // ssh to the test sshd on 127.0.0.1:port, with only the agent's key; known_hosts has sshd's keys.
+  RunOutput Login(int port, std::vector<std::string> extra = {}) {
+    std::string kh;
+    for (const char* f : {"hostkey.pub", "hostkey_ecdsa.pub", "hostkey_rsa.pub"}) {
+      if (fs::exists(dir_ / f)) kh += "[127.0.0.1]:" + std::to_string(port) + " " + ReadFile(dir_ / f);
+    }
+    WriteFile(dir_ / "known_hosts", kh);
+    std::vector<std::string> argv = {
+        "ssh", "-F", "/dev/null", "-p", std::to_string(port), "-o", "BatchMode=yes", "-o",
+        "UserKnownHostsFile=" + (dir_ / "known_hosts").string(), "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=yes", "-o", "PasswordAuthentication=no", "-o",
+        "IdentityFile=/dev/null", "-o", "IdentityAgent=" + sock_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    for (const std::string& a : {User() + "@127.0.0.1", std::string("echo"), std::string("cloister-login-ok")}) {
+      argv.push_back(a);
+    }
+    return Run(argv);
+  }
+
+  // A policy for sshd on 127.0.0.1:port (no pins yet).
+  void PolicyFor(const std::string& host, int port) {
+    policy_.tunnel_hosts = {host};
+    policy_.tunnel_ports = {static_cast<uint16_t>(port)};
+    policy_.host_keys.clear();
+  }
+
+  std::mutex mu_;
+  SshPolicy policy_;
+  std::map<std::string, std::string> resolve_;
+  std::unique_ptr<HostKeyPinner> pinner_;
   fs::path dir_;
   std::string sock_;
   std::string pub_line_;
@@ -219,23 +278,68 @@ TEST_F(OpenSshAgentTest, AddRemoveLockAreAllRefused) {
   EXPECT_EQ(server_->protocol_errors(), 0);
 }
 
+// Logs in to the test sshd on 127.0.0.1:port as the current user, through the agent only.
 TEST_F(OpenSshAgentTest, SshLogsInToLoopbackSshdWithOnlyTheAgentKey) {
   if (!SshdRunnable()) GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
   int port = StartSshd();
   ASSERT_GT(port, 0);
-  WriteFile(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port) + " " + ReadFile(dir_ / "hostkey.pub"));
-  RunOutput s = Run({"ssh", "-F", "/dev/null", "-p", std::to_string(port), "-o", "BatchMode=yes",
-                     "-o", "UserKnownHostsFile=" + (dir_ / "known_hosts").string(), "-o",
-                     "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o",
-                     "PasswordAuthentication=no", "-o", "IdentityFile=/dev/null", "-o",
-                     "IdentityAgent=" + sock_, User() + "@127.0.0.1",
-                     "echo", "cloister-login-ok"});
+  PolicyFor("127.0.0.1", port);
+  RunOutput s = Login(port);
   EXPECT_EQ(s.exit_code, 0) << s.err << "\n" << ReadFile(dir_ / "sshd.log");
   EXPECT_EQ(Trim(s.out), "cloister-login-ok");
   EXPECT_GE(agent_->signatures(), 1u);
   std::string log = ReadFile(dir_ / "sshd.log");
   EXPECT_NE(log.find("Accepted publickey for " + User()), std::string::npos) << log;
   EXPECT_NE(log.find(agent_->key().Fingerprint()), std::string::npos) << log;
+  // The session was bound to sshd's host key, pinned on first use for the policy host.
+  std::string hostpub = Trim(ReadFile(dir_ / "hostkey.pub"));
+  ASSERT_EQ(policy_.host_keys.count("127.0.0.1"), 1u);
+  EXPECT_EQ(policy_.host_keys["127.0.0.1"],
+            std::vector<std::string>{hostpub.substr(0, hostpub.rfind(' '))});
+}
+
+// Issue 15 item 10 with real OpenSSH: a session bound to a host key other than the pinned one
+// gets no login signature.
+TEST_F(OpenSshAgentTest, ASessionBoundToAnUnpinnedHostKeyGetsNoSignature) {
+  if (!SshdRunnable()) GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
+  int port = StartSshd();
+  ASSERT_GT(port, 0);
+  PolicyFor("127.0.0.1", port);
+  // The workspace pinned another key for the host (the host's key changed, or this is not it).
+  auto stale = Ed25519Key::Generate();
+  ASSERT_TRUE(stale.ok());
+  policy_.host_keys["127.0.0.1"] = {*HostKeyLine(stale->PublicKeyBlob())};
+  RunOutput s = Login(port);
+  EXPECT_NE(s.exit_code, 0) << s.out;
+  EXPECT_EQ(agent_->signatures(), 0u);
+  EXPECT_GE(agent_->refusals(), 1u);
+  EXPECT_EQ(ReadFile(dir_ / "sshd.log").find("Accepted publickey"), std::string::npos);
+  // A policy without that host at all: refused too (nothing is pinned for a non-policy host).
+  PolicyFor("git.example.test", port);
+  EXPECT_NE(Login(port).exit_code, 0);
+  EXPECT_EQ(agent_->signatures(), 0u);
+  EXPECT_TRUE(policy_.host_keys.empty());
+  // Unpinned (`cloister ssh-policy NAME --unpin`), the same login pins and succeeds.
+  PolicyFor("127.0.0.1", port);
+  RunOutput again = Login(port);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_GE(agent_->signatures(), 1u);
+}
+
+// The binding's host key signature is checked for each host key type sshd offers.
+TEST_F(OpenSshAgentTest, BindingVerifiesEcdsaAndRsaHostKeys) {
+  if (!SshdRunnable()) GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
+  int port = StartSshd(/*all_types=*/true);
+  ASSERT_GT(port, 0);
+  PolicyFor("127.0.0.1", port);
+  for (const char* alg : {"ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-ed25519"}) {
+    size_t before = agent_->signatures();
+    RunOutput s = Login(port, {"-o", std::string("HostKeyAlgorithms=") + alg});
+    EXPECT_EQ(s.exit_code, 0) << alg << ": " << s.err;
+    EXPECT_EQ(agent_->signatures(), before + 1) << alg;
+  }
+  // One scan pinned all three of the host's keys.
+  EXPECT_EQ(policy_.host_keys["127.0.0.1"].size(), 3u);
 }
 
 // The guest's way out for ssh: the ssh_config drop-in and connect script the guest gets
@@ -254,7 +358,9 @@ TEST_F(OpenSshAgentTest, SshThroughTheProxyTunnelReachesOnlyAllowedHosts) {
                  {"git.example.test:2222", sshd_addr}};
   cfg.resolve_only = true;
   cfg.tunnel_ports = {22};
-  cfg.tunnel_hosts = {"example.test"};
+  cfg.tunnel_hosts = {"git.example.test"};
+  PolicyFor("git.example.test", 22);
+  resolve_ = cfg.resolve;
   cfg.trace = *proxy::TraceSink::Open((dir_ / "trace.jsonl").string());
   auto px = proxy::Proxy::Start(std::move(cfg));
   ASSERT_TRUE(px.ok()) << px.error().ToString();

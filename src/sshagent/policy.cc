@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "base/strings.h"
+#include "sshagent/host_key.h"
 
 namespace cloister::sshagent {
 
@@ -65,11 +66,33 @@ Status ValidateSshPolicy(const SshPolicy& p) {
     if (n != h) return Error(ErrorCode::kInvalidArgument, "SSH tunnel host '" + h + "' is not normalised");
   }
   for (uint16_t port : p.tunnel_ports) RETURN_IF_ERROR(ValidateTunnelPort(port));
+  for (const auto& [host, keys] : p.host_keys) {
+    if (std::find(p.tunnel_hosts.begin(), p.tunnel_hosts.end(), host) == p.tunnel_hosts.end()) {
+      return Error(ErrorCode::kInvalidArgument, "host key pinned for '" + host + "', which is not an SSH tunnel host");
+    }
+    if (keys.empty() || keys.size() > kMaxHostKeysPerHost) {
+      return Error(ErrorCode::kInvalidArgument, "'" + host + "' has " + std::to_string(keys.size()) +
+                   " pinned host keys (1 to " + std::to_string(kMaxHostKeysPerHost) + ")");
+    }
+    for (const std::string& line : keys) RETURN_IF_ERROR(HostKeyBlobFromLine(line));
+  }
   return OkStatus();
 }
 
+std::string PinnedHostOf(const SshPolicy& p, std::string_view key_blob) {
+  for (const auto& [host, keys] : p.host_keys) {
+    for (const std::string& line : keys) {
+      auto blob = HostKeyBlobFromLine(line);
+      if (blob.ok() && *blob == key_blob) return host;
+    }
+  }
+  return "";
+}
+
 json SshPolicyToJson(const SshPolicy& p) {
-  return {{"confirm", p.confirm}, {"tunnel_hosts", p.tunnel_hosts}, {"tunnel_ports", p.tunnel_ports}};
+  json doc = {{"confirm", p.confirm}, {"tunnel_hosts", p.tunnel_hosts}, {"tunnel_ports", p.tunnel_ports}};
+  if (!p.host_keys.empty()) doc["host_keys"] = p.host_keys;
+  return doc;
 }
 
 Result<SshPolicy> SshPolicyFromJson(const json& doc) {
@@ -101,22 +124,33 @@ Result<SshPolicy> SshPolicyFromJson(const json& doc) {
       p.tunnel_ports.push_back(static_cast<uint16_t>(port));
     }
   }
+  if (auto it = doc.find("host_keys"); it != doc.end()) {
+    if (!it->is_object() || it->size() > kMaxTunnelHosts) return bad("host_keys is not an object of host key lists");
+    for (auto [host, keys] : it->items()) {
+      if (!keys.is_array() || keys.size() > kMaxHostKeysPerHost) return bad("host_keys is not an object of host key lists");
+      std::vector<std::string>& list = p.host_keys[host];
+      for (const json& k : keys) {
+        if (!k.is_string()) return bad("host_keys is not an object of host key lists");
+        list.push_back(k.get<std::string>());
+      }
+    }
+  }
   if (Status st = ValidateSshPolicy(p); !st.ok()) return bad(st.error().message());
   return p;
 }
 
+const ConfigSection<SshPolicy>& SshPolicySection() {
+  static const ConfigSection<SshPolicy> section{kSshPolicyConfigKey, SshPolicyFromJson,
+                                                SshPolicyToJson, ValidateSshPolicy};
+  return section;
+}
+
 Result<SshPolicy> SshPolicyFromConfig(const WorkspaceConfig& config) {
-  if (!config.extra.is_object()) return SshPolicy{};
-  auto it = config.extra.find(kSshPolicyConfigKey);
-  if (it == config.extra.end()) return SshPolicy{};
-  return SshPolicyFromJson(*it);
+  return LoadConfigSection(SshPolicySection(), config);
 }
 
 Status PutSshPolicy(WorkspaceConfig& config, const SshPolicy& policy) {
-  RETURN_IF_ERROR(ValidateSshPolicy(policy));
-  if (!config.extra.is_object()) config.extra = json::object();
-  config.extra[kSshPolicyConfigKey] = SshPolicyToJson(policy);
-  return OkStatus();
+  return PutConfigSection(SshPolicySection(), config, policy);
 }
 
 }  // namespace cloister::sshagent

@@ -11,7 +11,34 @@ namespace {
 
 constexpr uint32_t kMaxAttempts = 4096;
 
+// Gives every entry without a QEMU id its preferred id, or the next free one, in entry order.
+// False if ids ran out (16M workspaces in one store).
+bool AssignQemuIds(std::vector<MacEntry>& entries) {
+  std::set<uint32_t> used;
+  for (const MacEntry& e : entries) {
+    if (e.qemu_id) used.insert(*e.qemu_id);
+  }
+  for (MacEntry& e : entries) {
+    if (e.qemu_id) continue;
+    if (used.size() >= kQemuIdSpace) return false;
+    uint32_t q = PreferredQemuId(e.mac);
+    while (used.count(q)) q = (q + 1) % kQemuIdSpace;
+    e.qemu_id = q;
+    used.insert(q);
+  }
+  return true;
+}
+
 }  // namespace
+
+uint32_t PreferredQemuId(const std::string& mac) {
+  std::string hex;
+  for (char c : mac) {
+    if (c != ':') hex += c;
+  }
+  if (hex.size() != 12 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return 0;
+  return static_cast<uint32_t>(std::stoul(hex.substr(6), nullptr, 16)) % kQemuIdSpace;
+}
 
 std::string DeriveMac(const std::string& name, uint32_t attempt) {
   std::string input = "cloister-mac\n" + name + "\n" + std::to_string(attempt);
@@ -53,13 +80,23 @@ Result<std::vector<MacEntry>> MacRegistry::Load() {
       !doc["entries"].is_array()) {
     return corrupt();
   }
+  std::set<uint32_t> qemu_ids;
   for (const auto& e : doc["entries"]) {
     if (!e.is_object() || !e.contains("mac") || !e["mac"].is_string() || !e.contains("id") ||
         !e["id"].is_string() || !e.contains("workspace") || !e["workspace"].is_string()) {
       return corrupt();
     }
-    entries.push_back({e["mac"].get<std::string>(), e["workspace"].get<std::string>(),
-                       e["id"].get<std::string>()});
+    MacEntry entry{e["mac"].get<std::string>(), e["workspace"].get<std::string>(),
+                   e["id"].get<std::string>(), std::nullopt};
+    if (auto q = e.find("qemu_id"); q != e.end()) {
+      // SECURITY: two workspaces never share a QEMU uid; a registry that says otherwise is refused.
+      if (!q->is_number_unsigned() || q->get<uint64_t>() >= kQemuIdSpace ||
+          !qemu_ids.insert(q->get<uint32_t>()).second) {
+        return corrupt();
+      }
+      entry.qemu_id = q->get<uint32_t>();
+    }
+    entries.push_back(std::move(entry));
   }
   return entries;
 }
@@ -67,7 +104,9 @@ Result<std::vector<MacEntry>> MacRegistry::Load() {
 Status MacRegistry::Save(const std::vector<MacEntry>& entries) {
   nlohmann::json arr = nlohmann::json::array();
   for (const MacEntry& e : entries) {
-    arr.push_back({{"mac", e.mac}, {"workspace", e.workspace}, {"id", e.id}});
+    nlohmann::json j = {{"mac", e.mac}, {"workspace", e.workspace}, {"id", e.id}};
+    if (e.qemu_id) j["qemu_id"] = *e.qemu_id;
+    arr.push_back(std::move(j));
   }
   nlohmann::json doc = {{"version", 1}, {"entries", arr}};
   return env_->AtomicWriteFile(path_, doc.dump(2) + "\n");
@@ -83,11 +122,36 @@ Result<std::string> MacRegistry::Reserve(const std::string& name, const std::str
   for (uint32_t attempt = 0; attempt < kMaxAttempts; ++attempt) {
     std::string mac = DeriveMac(name, attempt);
     if (taken.count(mac)) continue;
-    entries.push_back({mac, name, id});
+    entries.push_back({mac, name, id, std::nullopt});
+    if (!AssignQemuIds(entries)) {
+      return Error(ErrorCode::kInternal, "no free QEMU id in this store",
+                   "remove workspaces you no longer need (`cloister rm NAME`)");
+    }
     RETURN_IF_ERROR(Save(entries));
     return mac;
   }
   return Error(ErrorCode::kInternal, "no free MAC address for workspace " + name);
+}
+
+Result<uint32_t> MacRegistry::QemuIdOf(const std::string& id) {
+  ASSIGN_OR_RETURN(std::vector<MacEntry> entries, Load());
+  for (const MacEntry& e : entries) {
+    if (e.id == id && e.qemu_id) return *e.qemu_id;
+  }
+  bool missing = false;
+  for (const MacEntry& e : entries) missing |= !e.qemu_id;
+  if (missing) {
+    if (!AssignQemuIds(entries)) {
+      return Error(ErrorCode::kInternal, "no free QEMU id in this store",
+                   "remove workspaces you no longer need (`cloister rm NAME`)");
+    }
+    RETURN_IF_ERROR(Save(entries));
+    for (const MacEntry& e : entries) {
+      if (e.id == id) return *e.qemu_id;
+    }
+  }
+  return Error(ErrorCode::kNotFound, "the MAC registry " + path_ + " has no entry for workspace id " + id,
+               "recreate the workspace, or restore the registry from a backup");
 }
 
 Status MacRegistry::Release(const std::string& id) {

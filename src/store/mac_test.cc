@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "store/test_util.h"
 
 namespace cloister {
@@ -56,6 +58,71 @@ TEST(MacTest, DamagedRegistryIsAnError) {
   Result<std::string> r = reg.Reserve("a", "id");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kCorrupt);
+}
+
+// Issue 15 item 13: two workspaces of one store never share a QEMU id, even when their MACs share
+// the low 24 bits the id used to be derived from.
+TEST(MacTest, QemuIdsAreUniqueEvenWhenMacsShareTheirLow24Bits) {
+  testing::TempDir dir;
+  MacRegistry reg(Env::Default(), dir.Sub("macs.json"));
+  // A registry holding two MACs that differ only in their first three octets (as an older
+  // registry could), without ids yet.
+  ASSERT_TRUE(Env::Default()
+                  ->WriteFile(dir.Sub("macs.json"),
+                              R"({"version":1,"entries":[)"
+                              R"({"mac":"02:aa:aa:12:34:56","workspace":"a","id":"id-a"},)"
+                              R"({"mac":"06:bb:bb:12:34:56","workspace":"b","id":"id-b"}]})")
+                  .ok());
+  EXPECT_EQ(PreferredQemuId("02:aa:aa:12:34:56"), 0x123456u);
+  auto a = reg.QemuIdOf("id-a");
+  auto b = reg.QemuIdOf("id-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, 0x123456u);  // the first keeps the id it had
+  EXPECT_NE(*a, *b);
+  // Allocated once, stored, stable.
+  EXPECT_EQ(*reg.QemuIdOf("id-b"), *b);
+  auto loaded = reg.Load();
+  ASSERT_TRUE(loaded.ok());
+  for (const MacEntry& e : *loaded) EXPECT_TRUE(e.qemu_id.has_value()) << e.workspace;
+  // A new reservation whose preferred id is taken gets another free one.
+  ASSERT_TRUE(Env::Default()
+                  ->WriteFile(dir.Sub("macs.json"),
+                              R"({"version":1,"entries":[{"mac":"02:00:00:00:00:01","workspace":"x","id":"id-x","qemu_id":)" +
+                                  std::to_string(PreferredQemuId(DeriveMac("dev", 0))) + "}]}")
+                  .ok());
+  auto mac = reg.Reserve("dev", "id-dev");
+  ASSERT_TRUE(mac.ok());
+  EXPECT_EQ(*mac, DeriveMac("dev", 0));
+  EXPECT_NE(*reg.QemuIdOf("id-dev"), *reg.QemuIdOf("id-x"));
+  EXPECT_EQ(reg.QemuIdOf("id-nobody").error().code(), ErrorCode::kNotFound);
+}
+
+TEST(MacTest, ManyWorkspacesGetDistinctQemuIds) {
+  testing::TempDir dir;
+  MacRegistry reg(Env::Default(), dir.Sub("macs.json"));
+  std::set<uint32_t> ids;
+  for (int i = 0; i < 200; ++i) {
+    std::string id = "id-" + std::to_string(i);
+    ASSERT_TRUE(reg.Reserve("ws" + std::to_string(i), id).ok());
+    auto q = reg.QemuIdOf(id);
+    ASSERT_TRUE(q.ok());
+    EXPECT_LT(*q, kQemuIdSpace);
+    EXPECT_TRUE(ids.insert(*q).second) << "duplicate QEMU id " << *q;
+  }
+}
+
+TEST(MacTest, ARegistryWithADuplicateQemuIdIsRefused) {
+  testing::TempDir dir;
+  ASSERT_TRUE(Env::Default()
+                  ->WriteFile(dir.Sub("macs.json"),
+                              R"({"version":1,"entries":[)"
+                              R"({"mac":"02:aa:aa:12:34:56","workspace":"a","id":"id-a","qemu_id":7},)"
+                              R"({"mac":"02:bb:bb:12:34:57","workspace":"b","id":"id-b","qemu_id":7}]})")
+                  .ok());
+  MacRegistry reg(Env::Default(), dir.Sub("macs.json"));
+  auto q = reg.QemuIdOf("id-b");
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.error().code(), ErrorCode::kCorrupt);
 }
 
 }  // namespace

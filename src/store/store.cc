@@ -326,6 +326,18 @@ Status Store::CollectGarbage(const std::string& name) {
   return OkStatus();
 }
 
+Result<uint32_t> Store::QemuId(const std::string& name) {
+  ASSIGN_OR_RETURN(WorkspaceConfig c, LoadConfig(name));
+  MacRegistry registry(env_, MacRegistryPath());
+  ASSIGN_OR_RETURN(std::vector<MacEntry> entries, registry.Load());
+  for (const MacEntry& e : entries) {
+    if (e.id == c.id && e.qemu_id) return *e.qemu_id;
+  }
+  // An entry without an id (a registry from before ids) is given one under the store lock.
+  ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
+  return registry.QemuIdOf(c.id);
+}
+
 Status Store::FinishTrashEntry(const std::string& entry) {
   // trash/NAME.ID: release the MAC of ID, then delete.
   size_t dot = entry.rfind('.');

@@ -220,6 +220,9 @@ class Store {
   // The workspace lock. kNotFound for an unknown workspace, kBusy when held.
   Result<WorkspaceLock> LockWorkspace(const std::string& name);
   Result<WorkspaceConfig> LoadConfig(const std::string& name);
+  // The workspace's QEMU id, unique within the store (store/mac.h; the uid QEMU runs under as root
+  // is vm::kQemuIdBase plus it). Takes the store lock only when an older registry needs its ids.
+  Result<uint32_t> QemuId(const std::string& name);
   // Read-modify-write of config.json under the config lock (waits for it; held briefly). The
   // caller should hold the workspace lock unless the change is a flag (like MarkCompromised).
   // `mutate` must not change disks, layers or checkpoints.

@@ -122,6 +122,20 @@ TEST_F(StoreTest, CreateMakesEveryFileOfTheWorkspace) {
   EXPECT_EQ(Consistent(), "");
 }
 
+TEST_F(StoreTest, EachWorkspaceHasItsOwnQemuIdFromTheRegistry) {
+  MustCreate("dev");
+  MustCreate("dev2");
+  auto a = store_->QemuId("dev");
+  auto b = store_->QemuId("dev2");
+  ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.error().ToString() : a.error().ToString());
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(*store_->QemuId("dev"), *a);  // stable
+  // Removed, its id is free again with its MAC; the other keeps its own.
+  ASSERT_TRUE(store_->Remove("dev").ok());
+  EXPECT_EQ(*store_->QemuId("dev2"), *b);
+  EXPECT_FALSE(store_->QemuId("dev").ok());
+}
+
 TEST_F(StoreTest, BadInputIsOneErrorWithAHintAndChangesNothing) {
   MustCreate("dev");
   std::string before = *Env::Default()->ReadFile(store_->Paths("dev").config);

@@ -27,7 +27,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   const bool resume = spec.incoming_defer;
   // SECURITY: QEMU opens no file by path (vm/qemu_access.h): every file and socket it needs is an
   // fd we pass, and as root it runs under the workspace's own unprivileged uid.
-  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityFor(spec.mac, spec.accel == Accel::kKvm));
+  ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityForId(options.qemu_id, spec.accel == Accel::kKvm));
   QemuFds fds;
   // SECURITY: QEMU runs in its own mount namespace and Landlock ruleset (vm/qemu_jail.h).
   JailSpec jail{.kvm = spec.accel == Accel::kKvm};

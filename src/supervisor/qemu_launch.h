@@ -6,6 +6,8 @@
 // PR_SET_PDEATHSIG follows the thread that forked it.
 #pragma once
 
+#include <cstdint>
+
 #include <sys/types.h>
 
 #include <functional>
@@ -20,6 +22,9 @@ struct QemuLaunchOptions {
   std::string output_path;  // QEMU's stdout and stderr, appended (the supervisor's log)
   std::function<void(const std::string&)> progress;  // "starting QEMU (tcg, uid N)"
   std::function<void(const std::string&)> log;       // "qemu: ARGV"
+  // The workspace's QEMU id from the store's registry (Store::QemuId, unique within the store);
+  // the uid QEMU runs under as root is kQemuIdBase plus it (vm/qemu_access.h).
+  uint32_t qemu_id = 0;
 };
 
 // Returns QEMU's pid (our child; the caller reaps it). Our copies of QEMU's fds are closed.

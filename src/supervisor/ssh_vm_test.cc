@@ -233,7 +233,7 @@ TEST_F(SshVmTest, OpenSshInTheGuestUsesOnlyTheWorkspaceKeyWhichNeverEntersTheGue
   std::string denied = Exec("ws", login_script, &code, "dev", {hostpub, user});
   EXPECT_EQ(denied.find("cloister-login-ok"), std::string::npos) << denied;
   EXPECT_NE(denied.find("agent refused operation"), std::string::npos) << denied;
-  EXPECT_NE(Slurp(supervisor_log).find("refused by the user (SSH login as \"" + user + "\")"),
+  EXPECT_NE(Slurp(supervisor_log).find("refused by the user (SSH login as \"" + user + "\" to github.com)"),
             std::string::npos) << Slurp(supervisor_log);
   // "y" from now on (one per signature below; spare lines are never read).
   answer("y\ny\ny\ny\ny\ny\n");
@@ -345,7 +345,7 @@ TEST_F(SshVmTest, OpenSshInTheGuestUsesOnlyTheWorkspaceKeyWhichNeverEntersTheGue
   close(answers[1]);
   std::string asked = Slurp(listener_out);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << asked;
-  EXPECT_NE(asked.find("ws asks to SSH login as \"" + user + "\" with its key " + fingerprint),
+  EXPECT_NE(asked.find("ws asks to SSH login as \"" + user + "\" to github.com with its key " + fingerprint),
             std::string::npos) << asked;
   EXPECT_NE(asked.find("ws asks to sign data (ssh-keygen -Y sign, namespace \"git\")"),
             std::string::npos) << asked;

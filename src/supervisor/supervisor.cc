@@ -28,6 +28,7 @@
 #include "store/store.h"
 #include "sshagent/agent.h"
 #include "sshagent/ed25519_key.h"
+#include "sshagent/host_pins.h"
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
@@ -237,6 +238,7 @@ Status Supervisor::StartEgress() {
   // The egress policy (config.json "egress"), for both proxy and transparent mode; fail closed.
   ASSIGN_OR_RETURN(eo.egress_policy, proxy::EgressPolicyFromConfig(config_));
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
+  std::map<std::string, std::string> ssh_resolve = eo.resolve;  // the host key scans go there too
   ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
   egress_ = std::move(egress);
 
@@ -257,7 +259,14 @@ Status Supervisor::StartEgress() {
       };
       Log("ssh: each signature needs confirmation (`cloister ssh-confirm " + opts_.name + "`)");
     }
-    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(std::move(key), comment, confirm);
+    // Login signatures only in sessions bound to a host key pinned for a policy host (pinned on
+    // first use, sshagent/host_pins.h).
+    auto pinner = std::make_shared<sshagent::HostKeyPinner>(sshagent::StoreHostPinnerDeps(
+        store_.get(), opts_.name, ssh_policy.tunnel_hosts, ssh_resolve,
+        [](const std::string& m) { Log(m); }));
+    ssh_agent_ = std::make_shared<sshagent::SignOnlyAgent>(
+        std::move(key), comment, confirm,
+        [pinner](std::string_view blob) { return pinner->Bind(blob); });
   }
   return OkStatus();
 }
@@ -296,6 +305,8 @@ Status Supervisor::Boot(bool resume) {
   launch.output_path = paths_.supervisor_log;
   launch.progress = [this](const std::string& stage) { Progress(stage); };
   launch.log = Log;
+  // The uid is allocated in the store's registry (unique within the store, issue 15 item 13).
+  ASSIGN_OR_RETURN(launch.qemu_id, store_->QemuId(opts_.name));
   ASSIGN_OR_RETURN(qemu_pid_, LaunchQemu(plan, launch));
   pid_t pid = qemu_pid_;
   uint64_t gen = generation_;

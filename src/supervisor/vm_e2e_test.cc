@@ -518,7 +518,9 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
     ASSERT_GT(qemu, 0);
     auto st = ProcStatus(qemu);
     if (geteuid() == 0) {
-      auto id = QemuIdentityFor(cfg->mac, false);
+      auto qemu_id = store_->QemuId("hq");
+      ASSERT_TRUE(qemu_id.ok());
+      auto id = QemuIdentityForId(*qemu_id, false);
       ASSERT_TRUE(id.ok());
       std::string u = std::to_string(id->uid);
       EXPECT_EQ(st["Uid"], u + "\t" + u + "\t" + u + "\t" + u);

@@ -15,8 +15,9 @@ constexpr std::string_view kBase64Url =
 
 struct KnownPrefix {
   std::string_view prefix;
-  std::string_view alphabet;  // empty: infer from the value and keep punctuation positions
+  std::string_view alphabet;  // empty: infer from the value (a format without known structure)
   bool github_checksum;
+  bool fixed_separators = false;  // the format puts its punctuation at fixed positions
 };
 
 // Longest first within a family.
@@ -35,7 +36,8 @@ constexpr std::array<KnownPrefix, 17> kPrefixes = {{
     {"ghu_", kBase62, true},
     {"ghs_", kBase62, true},
     {"ghr_", kBase62, true},
-    {"github_pat_", "", false},
+    // github_pat_ + 22 base62 + '_' + 59 base62: the '_' is the format's, not the value's.
+    {"github_pat_", "", false, true},
     {"glpat-", "", false},
     {"gldt-", "", false},
 }};
@@ -45,19 +47,27 @@ bool IsAlnum(char c) {
 }
 
 // Alphabet from the character classes present in `body`: digits, lower-case (only a-f if the
-// value looks like lower-case hex), upper-case.
-std::string InferAlphabet(std::string_view body) {
+// value looks like lower-case hex), upper-case; plus, with `punctuation`, the set of other
+// characters present (in byte order, so neither their positions nor their order matter).
+std::string InferAlphabet(std::string_view body, bool punctuation) {
   bool digit = false, lower = false, upper = false, beyond_hex = false;
+  bool other[256] = {};
   for (char c : body) {
     if (c >= '0' && c <= '9') digit = true;
     else if (c >= 'a' && c <= 'z') { lower = true; beyond_hex |= c > 'f'; }
     else if (c >= 'A' && c <= 'Z') upper = true;
+    else other[static_cast<unsigned char>(c)] = true;
   }
   std::string a;
   if (digit) a += "0123456789";
   if (upper) a += "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
   if (lower) a += (beyond_hex || upper || !digit) ? "abcdefghijklmnopqrstuvwxyz" : "abcdef";
   if (a.size() < 16) a = std::string(kBase62);  // too little to go on: base62
+  if (punctuation) {
+    for (int c = 0; c < 256; ++c) {
+      if (other[c]) a += static_cast<char>(c);
+    }
+  }
   return a;
 }
 
@@ -123,9 +133,13 @@ Result<std::string> MakePlaceholder(std::string_view install_salt, std::string_v
   }
   std::string prefix = known ? std::string(known->prefix) : "";
   std::string_view body = value.substr(prefix.size());
+  // SECURITY (issue 15 item 9): a format without known structure keeps no position of the real
+  // value: its punctuation joins the alphabet as a set, so the placeholder depends on the value
+  // only through prefix, length and alphabet. Only formats whose separators are fixed by the
+  // format itself (fixed_separators) keep them in place.
+  bool keep_punctuation = known && known->fixed_separators;
   std::string alphabet = known && !known->alphabet.empty() ? std::string(known->alphabet)
-                                                           : InferAlphabet(body);
-  bool keep_punctuation = !known || known->alphabet.empty();
+                                                           : InferAlphabet(body, !keep_punctuation);
   bool checksum = known && known->github_checksum && value.size() == 40;
 
   // Template: for each body position, 0 = random, else the kept punctuation character.

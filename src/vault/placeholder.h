@@ -10,13 +10,16 @@
 //     prefix, as the last 6 characters), so client-side validators accept it,
 // and carries the marker "CLOISTER" right after the prefix so a human reading it knows it is not a
 // key. Every other position is drawn from the alphabet by HKDF output with rejection sampling, so
-// there is full-length entropy (no repeats, no padding). Unknown formats keep their punctuation
-// positions (a '.' or '-' stays where it was) and draw the rest from the character classes present.
+// there is full-length entropy (no repeats, no padding). Formats without a known structure (no
+// known prefix, or a prefix such as sk-, glpat-, gldt- whose body has no fixed layout) draw every
+// position from their alphabet: the character classes present (digits, upper, lower or lower-case
+// hex) plus the set of punctuation characters present, so no punctuation keeps its position (an
+// AWS secret's '/' lands anywhere). Only github_pat_'s separator, fixed by its format, stays put.
 // Values too short to hold the marker plus 22 random characters are lengthened (documented
 // exception to "same length").
 //
-// SECURITY: the real value only selects the shape (prefix, length, classes, punctuation positions);
-// no bit of the secret itself is in the placeholder.
+// SECURITY: the real value only selects the format (prefix, length, alphabet); no position and no
+// other bit of the secret is in the placeholder: two values of one format give one placeholder.
 #pragma once
 
 #include <string>

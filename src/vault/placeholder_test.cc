@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <set>
+#include <vector>
 
 #include "base/strings.h"
 
@@ -83,16 +85,59 @@ TEST(PlaceholderTest, DeterministicPerInstallAndWorkspace) {
   EXPECT_NE(*a, *MakePlaceholder(kSalt, "ws1", other));
 }
 
-TEST(PlaceholderTest, UnknownFormatKeepsPunctuationAndClasses) {
+TEST(PlaceholderTest, UnknownFormatKeepsLengthAndAlphabet) {
   std::string real = "abcdef0123456789abcdef0123456789.abcdef0123456789abcdef";
   Credential c = Cred(CredentialKind::kHeader, real);
   auto ph = MakePlaceholder(kSalt, "ws1", c);
   ASSERT_TRUE(ph.ok());
   EXPECT_EQ(ph->size(), real.size());
-  EXPECT_EQ((*ph)[32], '.');
-  // Lower-case hex cannot spell the marker: none, and the alphabet is kept.
-  EXPECT_TRUE(AllIn(ph->substr(0, 32), "0123456789abcdef"));
+  // Lower-case hex cannot spell the marker: none, and the alphabet (hex and '.') is kept.
+  EXPECT_TRUE(AllIn(*ph, "0123456789abcdef.")) << *ph;
   EXPECT_NE(ph->substr(0, 32), real.substr(0, 32));
+}
+
+// Issue 15 item 9: a placeholder depends on the real value only through its format (prefix,
+// length, alphabet), never on where its punctuation is.
+TEST(PlaceholderTest, UnknownFormatsPunctuationPositionsDoNotReachThePlaceholder) {
+  struct Pair {
+    CredentialKind kind;
+    std::string a, b;  // same prefix, length and alphabet; punctuation elsewhere
+  };
+  const std::string aws_a = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+  const std::string aws_b = "wJalrXUtnFEMIK7MDENGb/PxRfiCYEXAMPLE/KEY";
+  for (const Pair& p : std::vector<Pair>{
+           {CredentialKind::kHeader, "P@ss-w0rd!Zq8xLm2Nv5Tb7Yc9Rk3W", "Pss@-w0rd!Zq8xLm2Nv5Tb7Yc9Rk3W"},
+           {CredentialKind::kHeader, "P@ss-w0rd!Zq8xLm2Nv5Tb7Yc9Rk3W", "Pa-ss@w0rdZq8xLm!Nv5Tb7Yc9Rk3W"},
+           {CredentialKind::kHeader, aws_a, aws_b},
+           {CredentialKind::kOpenai, "sk-abc.def-ghi_jkl0123456789ABCDEFGHIJ", "sk-abcdef.ghi-jkl_0123456789ABCDEFGHIJ"},
+           {CredentialKind::kHeader, "glpat-ab_cd-ef0123456789XYZWVUTSRQPO", "glpat-abcd_ef-0123456789XYZWVUTSRQPO"}}) {
+    ASSERT_EQ(p.a.size(), p.b.size());
+    auto pa = MakePlaceholder(kSalt, "ws1", Cred(p.kind, p.a));
+    auto pb = MakePlaceholder(kSalt, "ws1", Cred(p.kind, p.b));
+    ASSERT_TRUE(pa.ok() && pb.ok());
+    EXPECT_EQ(*pa, *pb) << p.a << " vs " << p.b;
+    EXPECT_EQ(pa->size(), p.a.size());
+    // And no punctuation of the real value is copied to the real value's positions.
+    size_t kept = 0, punct = 0;
+    for (size_t i = 0; i < p.a.size(); ++i) {
+      bool alnum = std::isalnum(static_cast<unsigned char>(p.a[i])) != 0;
+      if (!alnum && i >= 6) {
+        ++punct;
+        kept += (*pa)[i] == p.a[i];
+      }
+    }
+    EXPECT_LT(kept, punct == 0 ? 1u : punct) << *pa << " copies the punctuation of " << p.a;
+  }
+}
+
+TEST(PlaceholderTest, FixedFormatSeparatorsStayPut) {
+  std::string real = "github_pat_" + std::string(22, 'A') + "_" + std::string(59, 'b');
+  auto ph = MakePlaceholder(kSalt, "ws1", Cred(CredentialKind::kGithub, real));
+  ASSERT_TRUE(ph.ok());
+  EXPECT_EQ(ph->size(), real.size());
+  EXPECT_TRUE(StartsWith(*ph, "github_pat_CLOISTER"));
+  EXPECT_EQ((*ph)[11 + 22], '_');
+  EXPECT_TRUE(AllIn(ph->substr(11, 22), "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"));
 }
 
 TEST(PlaceholderTest, ShortValuesAreLengthenedToKeepEntropy) {

@@ -28,14 +28,20 @@ Result<QemuIdentity> QemuIdentityFor(const std::string& mac, bool kvm) {
   if (hex.size() != 12 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
     return Error(ErrorCode::kInvalidArgument, "bad workspace MAC '" + mac + "'");
   }
-  uint32_t low = static_cast<uint32_t>(std::stoul(hex.substr(6), nullptr, 16));
+  return QemuIdentityForId(static_cast<uint32_t>(std::stoul(hex.substr(6), nullptr, 16)), kvm);
+}
+
+Result<QemuIdentity> QemuIdentityForId(uint32_t low, bool kvm) {
+  QemuIdentity id;
+  if (geteuid() != 0) return id;
+  if (low >= (1u << 24)) return Error(ErrorCode::kInvalidArgument, "bad QEMU id " + std::to_string(low));
   id.drop = true;
   id.uid = kQemuIdBase + low;
   id.gid = kQemuIdBase + low;
   if (getpwuid(id.uid) != nullptr) {
     return Error(ErrorCode::kFailedPrecondition,
-                 "uid " + std::to_string(id.uid) + " (for QEMU of the workspace with MAC " + mac +
-                     ") belongs to an account on this host",
+                 "uid " + std::to_string(id.uid) + " (for QEMU of a workspace) belongs to an "
+                     "account on this host",
                  "remove that account; cloister runs QEMU under uids from " +
                      std::to_string(kQemuIdBase) + " upwards");
   }

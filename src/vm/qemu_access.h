@@ -14,8 +14,9 @@
 // When the CLI runs as root, QEMU runs as an unprivileged uid of its own per workspace, with
 // QEMU's seccomp sandbox on: the supervisor forks it, drops to that uid/gid (no supplementary
 // groups, except `kvm` with --accel kvm) before exec, so nothing of QEMU ever runs as root (QEMU's
-// own -runas is refused by `elevateprivileges=deny`). The uid is kQemuIdBase + the low 24 bits of
-// the workspace's MAC (unique within a store); it needs no account. Since QEMU holds only the fds
+// own -runas is refused by `elevateprivileges=deny`). The uid is kQemuIdBase + the workspace's
+// QEMU id, allocated unique within the store by the MAC registry (store/mac.h, Store::QemuId;
+// usually the MAC's low 24 bits); it needs no account. Since QEMU holds only the fds
 // it was given, the store and the workspace directory stay root-only (0700); what that uid can
 // reach on its own is what the world can (e.g. a shared folder's world-readable files).
 #pragma once
@@ -43,6 +44,8 @@ struct QemuIdentity {
 // The identity QEMU runs under for a workspace with this MAC. Root: kQemuIdBase + MAC's low 24
 // bits (refused if that uid is a real account); not root: no change.
 Result<QemuIdentity> QemuIdentityFor(const std::string& mac, bool kvm);
+// The same for a QEMU id from the store's registry (Store::QemuId, below 2^24).
+Result<QemuIdentity> QemuIdentityForId(uint32_t qemu_id, bool kvm);
 
 // The layers under `top` (top-down: top's backing first), read from each qcow2 header in turn with
 // `qemu-img info` (never --backing-chain: nothing unvalidated is opened), each layer's format from
