@@ -276,6 +276,27 @@ std::vector<std::string> IncludeViolations(const std::string& src, const CMakeSo
   return out;
 }
 
+// Every target declares what it includes: a product file of module M that includes module X's
+// header is in a target cloister_M that links (directly or through its PUBLIC links) cloister_X.
+// An include the graph does not show is an edge nobody can see in the CMake files.
+std::vector<std::string> UndeclaredIncludes(const std::string& src, const CMakeSources& cm,
+                                            const TargetGraph& g) {
+  std::vector<std::string> out;
+  for (const auto& dir : fs::directory_iterator(src + "/src")) {
+    std::string module = dir.path().filename().string();
+    std::string target = "cloister_" + module;
+    if (!g.targets.count(target)) continue;
+    auto reach = Reach(g, target);
+    for (const Include& inc : ProductIncludes(src, cm, module)) {
+      std::string to = "cloister_" + inc.module;
+      if (inc.module == module || !g.targets.count(to) || reach.count(to)) continue;
+      out.push_back(inc.file + ":" + std::to_string(inc.line) + ": " + target + " includes " +
+                    inc.module + " (" + inc.text + ") but does not link " + to);
+    }
+  }
+  return out;
+}
+
 std::string Joined(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += "  " + x + "\n";
@@ -323,6 +344,25 @@ TEST(ArchRuleTest, AnIncludeInAProductFileIsAnEdgeButATestFileIsNot) {
   EXPECT_EQ(v[0].rfind("src/vm/runner.cc:2: vm -> proxy", 0), 0u) << v[0];
 }
 
+TEST(ArchRuleTest, AnIncludeOfAModuleTheTargetDoesNotLinkIsUndeclared) {
+  std::string src = testing::TempDir() + "/arch_decl_" + std::to_string(getpid());
+  fs::remove_all(src);
+  fs::create_directories(src + "/src/aws");
+  std::ofstream(src + "/src/aws/CMakeLists.txt") << "add_library(cloister_aws a.cc)\n";
+  std::ofstream(src + "/src/aws/a.cc") << "#include \"vault/vault.h\"\n"
+                                         "#include \"proxy/filter.h\"\n";
+  CMakeSources cm = ReadCMakeLists(src);
+  TargetGraph g = ParseGraphviz(
+      "    \"node0\" [ label = \"cloister_aws\", shape = octagon ];\n"
+      "    \"node1\" [ label = \"cloister_vault\", shape = octagon ];\n"
+      "    \"node2\" [ label = \"cloister_proxy\", shape = octagon ];\n"
+      "    \"node0\" -> \"node1\"  // cloister_aws -> cloister_vault\n");
+  std::vector<std::string> u = UndeclaredIncludes(src, cm, g);
+  fs::remove_all(src);
+  ASSERT_EQ(u.size(), 1u) << Joined(u);
+  EXPECT_EQ(u[0].rfind("src/aws/a.cc:2: cloister_aws includes proxy", 0), 0u) << u[0];
+}
+
 // ---- The tree ----
 
 class ArchTest : public testing::Test {
@@ -362,6 +402,9 @@ TEST_F(ArchTest, TargetGraphHasNoForbiddenEdge) {
   std::vector<std::string> v = TargetViolations(g, cm_);
   EXPECT_TRUE(v.empty()) << "forbidden target edges (docs/design.md, \"Dependency rule\"):\n"
                          << Joined(v);
+  std::vector<std::string> u = UndeclaredIncludes(src_, cm_, g);
+  EXPECT_TRUE(u.empty()) << "includes the CMake graph does not show (link what you include):\n"
+                         << Joined(u);
 }
 
 TEST_F(ArchTest, SourceIncludesHaveNoForbiddenEdge) {
