@@ -9,6 +9,7 @@
 #include "channel/exec_client.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "protocol/contract.h"
 #include "store/store.h"
 #include "supervisor/launcher.h"
 
@@ -20,7 +21,7 @@ void AddExecCommand(CLI::App& app, Cli& cli) {
     std::string name;
     bool interactive = false;
     bool tty = false;
-    std::string user = "dev";
+    std::string user = protocol::kGuestUser;
     std::vector<std::string> env;
     std::string cwd;
     std::vector<std::string> argv;

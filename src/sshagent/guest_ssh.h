@@ -15,11 +15,15 @@
 #include <cstdint>
 #include <string>
 
+#include "protocol/contract.h"
+
 namespace cloister::sshagent {
 
 inline constexpr char kGuestSshConfigPath[] = "/etc/ssh/ssh_config.d/cloister.conf";
 // The guest agent on the metadata disk (vm/meta_disk.h mounts it at /run/cloister/meta).
-inline constexpr char kGuestConnectCommand[] = "/run/cloister/meta/cloister-agent ssh-connect";
+// Spelled from the contract's mount point and agent name (protocol/contract.h).
+inline const std::string kGuestConnectCommand =
+    std::string(protocol::kMetaMountPoint) + "/" + protocol::kAgentName + " ssh-connect";
 
 // `connect_command`: what ssh runs as `<connect_command> %h %p` (kGuestConnectCommand in the
 // guest; tests add --proxy-port). `agent_socket`: the guest's SSH_AUTH_SOCK (empty: leave

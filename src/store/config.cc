@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "base/strings.h"
+#include "protocol/contract.h"
 
 namespace cloister {
 namespace {
@@ -296,7 +297,7 @@ Result<Volume> ParseVolumeSpec(const std::string& spec) {
     while (h.size() > 1 && h.back() == '/') h.pop_back();
     std::string base = h.substr(h.rfind('/') + 1);
     if (base.empty()) return bad("give a guest path for the host root: HOST:GUEST");
-    v.guest = "/home/dev/" + base;
+    v.guest = std::string(protocol::kGuestHome) + "/" + base;
   }
   if (v.guest.empty() || v.guest[0] != '/') return bad("guest path must be absolute");
   for (std::string* p : {&v.host, &v.guest}) {
@@ -307,9 +308,10 @@ Result<Volume> ParseVolumeSpec(const std::string& spec) {
   }
   // Inside the home is fine (/home/dev/project); the home itself, /, and the agent's own
   // directories are not.
-  if (v.guest == "/" || v.guest == "/home/dev" || v.guest == "/home" ||
-      (StartsWith(v.guest, "/home/") && !StartsWith(v.guest, "/home/dev/")) ||
-      StartsWith(v.guest, "/run/cloister")) {
+  const std::string home = protocol::kGuestHome;
+  if (v.guest == "/" || v.guest == home || v.guest == "/home" ||
+      (StartsWith(v.guest, "/home/") && !StartsWith(v.guest, home + "/")) ||
+      StartsWith(v.guest, protocol::kGuestRunDir)) {
     return bad("guest path " + v.guest + " is reserved");
   }
   return v;
