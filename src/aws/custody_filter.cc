@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "aws/proxy_head.h"
 #include "aws/resigner.h"
 #include "aws/sigv4.h"
 #include "base/strings.h"
@@ -10,20 +11,6 @@
 
 namespace cloister::aws {
 namespace {
-
-RequestHead ToAws(const proxy::RequestHead& h) {
-  RequestHead out;
-  out.method = h.method;
-  out.target = h.target;
-  for (const auto& [name, value] : h.headers) out.headers.push_back({name, value});
-  return out;
-}
-
-void FromAws(const RequestHead& a, proxy::RequestHead& h) {
-  h.target = a.target;
-  h.headers.clear();
-  for (const Header& x : a.headers) h.headers.emplace_back(x.name, x.value);
-}
 
 std::string* FindHeader(proxy::RequestHead& h, std::string_view name) {
   for (auto& [n, v] : h.headers) {

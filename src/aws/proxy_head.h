@@ -1,0 +1,15 @@
+// Conversions between the proxy's request head (proxy/filter.h) and the signer's (aws/sigv4.h),
+// shared by the AWS filters (proxy_filter.cc: re-signing; custody_filter.cc: credential custody).
+#pragma once
+
+#include "aws/sigv4.h"
+#include "proxy/filter.h"
+
+namespace cloister::aws {
+
+// The method, target and headers (wire order, names as received) of a proxied request.
+RequestHead ToAws(const proxy::RequestHead& h);
+// Writes a (re-signed) head back: target and headers; method, host and port are left as they were.
+void FromAws(const RequestHead& a, proxy::RequestHead& h);
+
+}  // namespace cloister::aws
