@@ -607,14 +607,19 @@ void Supervisor::Handle(Action a) {
       // The proxy caught a placeholder heading out of its scope: the store is already marked
       // (refusing every later start); freeze the guest now, keeping its state for inspection.
       if (rule.verdict == lifecycle::Verdict::kAlready) return;
-      Log("COMPROMISE: " + a.info + "; pausing the VM (`cloister wipe " + opts_.name + "`)");
-      if (qmp_) {
-        if (auto st = qmp_->Execute("stop"); !st.ok()) Log("pause failed: " + st.error().ToString());
-      }
+      const bool was_booting = phase == Phase::kBooting;
       {
         std::lock_guard<std::mutex> l(mu_);
         pause_reason_ = a.info;
         if (rule.next == Phase::kPaused) stage_ = a.info;
+      }
+      // SECURITY: the new state first, before the guest is frozen and its streams closed: from
+      // here on `status`, `open-exec` and a CLI whose session just ended (it asks why) all see
+      // paused, never a running VM that stopped answering.
+      set_phase(rule.next);
+      Log("COMPROMISE: " + a.info + "; pausing the VM (`cloister wipe " + opts_.name + "`)");
+      if (qmp_) {
+        if (auto st = qmp_->Execute("stop"); !st.ok()) Log("pause failed: " + st.error().ToString());
       }
       // SECURITY: every open exec and attach session ends now (the frozen guest would never
       // answer them): stopping the channel closes every stream; the CLI names why and the fix.
@@ -625,13 +630,12 @@ void Supervisor::Handle(Action a) {
       }
       if (mux) mux->Stop();
       Error paused = lifecycle::Refusal(Phase::kPaused, T::kExec, opts_.name, a.info);
-      if (phase == Phase::kBooting) {
+      if (was_booting) {
         // `start` is waiting for READY: tell it now (the supervisor stays, the VM frozen).
         FinishProgress("paused " + paused.message() + "\t" + paused.hint());
       }
       ReplyAll(ready_waiters_, ErrorReply(paused));
       if (rule.next == Phase::kPaused) deadline_.reset();  // frozen until stop or wipe
-      set_phase(rule.next);
       return;
     }
     case T::kStop:
