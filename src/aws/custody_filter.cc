@@ -19,19 +19,6 @@ std::string* FindHeader(proxy::RequestHead& h, std::string_view name) {
   return nullptr;
 }
 
-class ChunkTransform : public proxy::BodyTransform {
- public:
-  explicit ChunkTransform(std::unique_ptr<ChunkResigner> c) : c_(std::move(c)) {}
-  Result<std::string> Data(std::string_view in) override { return c_->Data(in); }
-  Result<std::string> End() override {
-    RETURN_IF_ERROR(c_->End());
-    return std::string();
-  }
-
- private:
-  std::unique_ptr<ChunkResigner> c_;
-};
-
 // The token in Basic (the password) or Bearer; "" for anything else.
 // SECURITY: parses the guest's header (bounded by the caller).
 std::string TokenIn(std::string_view authorization, std::string* basic_user) {
@@ -101,6 +88,24 @@ bool CarriesMintedToken(std::string_view authorization, CredentialCustody& custo
   return !token.empty() && custody.IsPlaceholderToken(token);
 }
 
+namespace {
+
+// For a SigV4-signed request: `service` gets its scope's service, and when it is signed with a
+// minted credential's placeholder key id, the re-signer holding that credential's minted secrets
+// (null otherwise: not SigV4, unparseable, or another key, which the other filters judge).
+Result<std::unique_ptr<Resigner>> MintedResigner(const RequestHead& a, CredentialCustody& custody,
+                                                 std::string* service) {
+  if (!LooksSigV4Signed(a)) return std::unique_ptr<Resigner>();
+  auto auth = ParseSigV4(a);
+  if (!auth.ok()) return std::unique_ptr<Resigner>();
+  *service = auth->service;
+  if (!custody.IsPlaceholderKeyId(auth->access_key_id)) return std::unique_ptr<Resigner>();
+  ASSIGN_OR_RETURN(AwsSecrets secrets, custody.SecretsFor(auth->access_key_id));
+  return std::make_unique<Resigner>(std::move(secrets));
+}
+
+}  // namespace
+
 CustodyFilter::CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::vector<std::string> scope)
     : custody_(std::move(custody)), scope_(std::move(scope)) {}
 
@@ -112,25 +117,18 @@ Result<proxy::FilterVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& he
 
   RequestHead a = ToAws(head);
   std::string sigv4_service;
-  if (LooksSigV4Signed(a)) {
-    auto auth = ParseSigV4(a);
-    if (auth.ok()) {
-      sigv4_service = auth->service;
-      if (custody_->IsPlaceholderKeyId(auth->access_key_id)) {
-        // SECURITY: signed with a minted placeholder: verified against the placeholder secret and
-        // token, re-signed with the minted ones; anything else is refused here.
-        ASSIGN_OR_RETURN(AwsSecrets secrets, custody_->SecretsFor(auth->access_key_id));
-        Resigner resigner(std::move(secrets));
-        ASSIGN_OR_RETURN(Resigner::Verdict v, resigner.Resign(a));
-        FromAws(a, head);
-        verdict.handled = true;
-        if (v.need_full_body) {
-          verdict.need_full_body = true;
-          verdict.max_body = kMaxFullBody;
-        }
-        if (v.chunks) verdict.body = std::make_unique<ChunkTransform>(std::move(v.chunks));
-      }
+  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted, MintedResigner(a, *custody_, &sigv4_service));
+  if (minted) {
+    // SECURITY: signed with a minted placeholder: verified against the placeholder secret and
+    // token, re-signed with the minted ones; anything else is refused here.
+    ASSIGN_OR_RETURN(Resigner::Verdict v, minted->Resign(a));
+    FromAws(a, head);
+    verdict.handled = true;
+    if (v.need_full_body) {
+      verdict.need_full_body = true;
+      verdict.max_body = kMaxFullBody;
     }
+    if (v.chunks) verdict.body = ChunkBodyTransform(std::move(v.chunks));
   }
 
   VendingCall call;
@@ -159,17 +157,10 @@ Result<proxy::FilterVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& he
 Status CustodyFilter::OnFullBody(proxy::RequestHead& head, std::string_view body) {
   RequestHead a = ToAws(head);
   std::string sigv4_service;
-  if (LooksSigV4Signed(a)) {
-    auto auth = ParseSigV4(a);
-    if (auth.ok()) {
-      sigv4_service = auth->service;
-      if (custody_->IsPlaceholderKeyId(auth->access_key_id)) {
-        ASSIGN_OR_RETURN(AwsSecrets secrets, custody_->SecretsFor(auth->access_key_id));
-        Resigner resigner(std::move(secrets));
-        RETURN_IF_ERROR(resigner.ResignWithBody(a, body));
-        FromAws(a, head);
-      }
-    }
+  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted, MintedResigner(a, *custody_, &sigv4_service));
+  if (minted) {
+    RETURN_IF_ERROR(minted->ResignWithBody(a, body));
+    FromAws(a, head);
   }
   if (!vault::HostInAnyScope(head.host, scope_)) return OkStatus();
   VendingCall call;

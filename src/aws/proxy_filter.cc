@@ -6,22 +6,6 @@
 #include "vault/credential.h"
 
 namespace cloister::aws {
-namespace {
-
-class ChunkTransform : public proxy::BodyTransform {
- public:
-  explicit ChunkTransform(std::unique_ptr<ChunkResigner> c) : c_(std::move(c)) {}
-  Result<std::string> Data(std::string_view in) override { return c_->Data(in); }
-  Result<std::string> End() override {
-    RETURN_IF_ERROR(c_->End());
-    return std::string();
-  }
-
- private:
-  std::unique_ptr<ChunkResigner> c_;
-};
-
-}  // namespace
 
 AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
                                std::shared_ptr<CredentialCustody> custody)
@@ -53,7 +37,7 @@ Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& h
     verdict.need_full_body = true;
     verdict.max_body = kMaxFullBody;
   }
-  if (v.chunks) verdict.body = std::make_unique<ChunkTransform>(std::move(v.chunks));
+  if (v.chunks) verdict.body = ChunkBodyTransform(std::move(v.chunks));
   return verdict;
 }
 

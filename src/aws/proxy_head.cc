@@ -1,6 +1,26 @@
 #include "aws/proxy_head.h"
 
 namespace cloister::aws {
+namespace {
+
+class ChunkTransform : public proxy::BodyTransform {
+ public:
+  explicit ChunkTransform(std::unique_ptr<ChunkResigner> c) : c_(std::move(c)) {}
+  Result<std::string> Data(std::string_view in) override { return c_->Data(in); }
+  Result<std::string> End() override {
+    RETURN_IF_ERROR(c_->End());
+    return std::string();
+  }
+
+ private:
+  std::unique_ptr<ChunkResigner> c_;
+};
+
+}  // namespace
+
+std::unique_ptr<proxy::BodyTransform> ChunkBodyTransform(std::unique_ptr<ChunkResigner> chunks) {
+  return std::make_unique<ChunkTransform>(std::move(chunks));
+}
 
 RequestHead ToAws(const proxy::RequestHead& h) {
   RequestHead out;
