@@ -32,9 +32,14 @@ awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
     if (rec) co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec.message());
     // SECURITY: a guest-chosen name must not lead to the host's own services or link-local
     // metadata endpoints.
+    // The host's interface addresses, read once per connection (they change: a docker bridge
+    // comes and goes); SECURITY: fail closed when they cannot be read.
+    auto local = LocalInterfaceAddresses();
+    if (!local.ok()) co_return local.error();
     std::vector<asio::ip::tcp::endpoint> allowed;
     for (const auto& entry : results) {
-      if (!ForbiddenUpstream(entry.endpoint().address(), config_.egress_policy, a.host, a.port)) {
+      if (!UpstreamRefusal(entry.endpoint().address(), config_.egress_policy, a.host, a.port,
+                           *local)) {
         allowed.push_back(entry.endpoint());
       }
     }
