@@ -181,7 +181,7 @@ TEST_F(LifecycleVerbsTest, NoVerbTouchesAHostFolder) {
 }
 
 // A supervisor stand-in for workspace `name`: holds its pid file's lock and answers `status` with
-// state_for(n) (n = the how-many-th status request) and `open-exec` with a stream whose far end
+// state_for(n) (n = the how-many-th status request) and `open-stream` with a stream whose far end
 // plays the guest: it reports exit code 7 at once, and reads until the client closes.
 class FakeSupervisor {
  public:
@@ -220,7 +220,7 @@ class FakeSupervisor {
       std::string op = vm::JsonString(*req, "op");
       if (op == "status") {
         (void)conn.Send({{"ok", true}, {"state", state_for_(statuses_++)}, {"stage", stage_}});
-      } else if (op == "open-exec") {
+      } else if (op == "open-stream") {
         ++opens_;
         int sv[2];
         ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);

@@ -32,6 +32,8 @@
 #include "channel/exec_proto.h"
 #include "channel/mux.h"
 #include "guest/exec_server.h"
+#include "guest/tcp_connect.h"
+#include "protocol/contract.h"
 #include "guest/spawn.h"
 #include "guest/transparent.h"
 
@@ -549,6 +551,9 @@ int RunAgent(const AgentOptions& o) {
     }
     (*mux)->RegisterService(channel::kExecService, [&exec_opts](int sfd, const std::vector<std::string>&) {
       std::thread([sfd, &exec_opts] { ServeExec(sfd, exec_opts); }).detach();
+    });
+    (*mux)->RegisterService(protocol::kTcpService, [](int sfd, const std::vector<std::string>& args) {
+      std::thread([sfd, args] { ServeTcpConnect(sfd, args); }).detach();
     });
     {
       std::lock_guard<std::mutex> l(shared.mu);

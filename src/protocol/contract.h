@@ -36,11 +36,15 @@ inline constexpr char kGuestHome[] = "/home/dev";
 // ---- The channel (one virtio-serial port, multiplexed; channel/mux.h) ----
 inline constexpr char kChannelPortName[] = "org.cloister.channel.0";
 // Services on the channel. Guest-opened (the host serves them): the explicit proxy, transparent
-// egress (one stream per redirected TCP connection), the SSH agent. Host-opened: exec.
+// egress (one stream per redirected TCP connection), the SSH agent. Host-opened: exec, tcp
+// (args [PORT]: the agent connects to the guest's 127.0.0.1:PORT, else [::1]:PORT, and bridges
+// the stream: published ports, the browser's DevTools socket), sshd (one `sshd -i` per stream).
 inline constexpr char kProxyService[] = "proxy";
 inline constexpr char kEgressService[] = "egress";
 inline constexpr char kSshAgentService[] = "ssh-agent";
 inline constexpr char kExecService[] = "exec";
+inline constexpr char kTcpService[] = "tcp";
+inline constexpr char kSshdService[] = "sshd";
 
 // ---- The guest ends of those services (the agent listens; guest/config.cc's forwards) ----
 inline constexpr char kGuestProxyHost[] = "127.0.0.1";

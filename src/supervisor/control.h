@@ -2,9 +2,10 @@
 // run/supervisor.sock (mode 0600 in a 0700 directory, so only the workspace's owner connects).
 //
 // Requests: {"op":"status"} | {"op":"stop","force":B,"timeout_ms":N} | {"op":"suspend"} |
-//           {"op":"reboot"} | {"op":"open-exec","args":[...]}
-// Replies:  {"ok":true,...} or {"ok":false,"error":"...","hint":"..."}; the reply to open-exec
-//           carries a connected stream fd (SCM_RIGHTS) bridged to the guest's exec service.
+//           {"op":"reboot"} | {"op":"open-stream","service":S,"action":"exec|attach","args":[...]}
+// Replies:  {"ok":true,...} or {"ok":false,"error":"...","hint":"..."}; the reply to open-stream
+//           carries a connected stream fd (SCM_RIGHTS) bridged to the guest's service S (one of
+//           the host-opened services of protocol/contract.h: exec, tcp, sshd; others refused).
 // Lines are bounded (kMaxControlLine); malformed input is an error, never a crash.
 #pragma once
 

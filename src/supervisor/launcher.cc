@@ -13,6 +13,7 @@
 
 #include "base/strings.h"
 #include "lifecycle/lifecycle.h"
+#include "protocol/contract.h"
 #include "supervisor/control.h"
 #include "supervisor/environment.h"
 #include "vm/process.h"
@@ -277,6 +278,11 @@ Status WaitUntilRunning(Store& store, const std::string& name, const ReadyWait& 
 
 Result<int> OpenExecStream(Store& store, const std::string& name,
                            const std::vector<std::string>& args, const ReadyWait& wait) {
+  return OpenGuestStream(store, name, protocol::kExecService, args, wait);
+}
+
+Result<int> OpenGuestStream(Store& store, const std::string& name, const std::string& service,
+                            const std::vector<std::string>& args, const ReadyWait& wait) {
   RunPaths paths = RunPathsFor(store, name);
   auto deadline = Clock::now() + wait.timeout;
   while (true) {
@@ -286,7 +292,8 @@ Result<int> OpenExecStream(Store& store, const std::string& name,
     int fd = -1;
     auto reply = ControlRequest(
         paths.supervisor_socket,
-        {{"op", "open-exec"},
+        {{"op", "open-stream"},
+         {"service", service},
          {"action", wait.action == lifecycle::Action::kAttach ? "attach" : "exec"},
          {"args", args}},
         std::chrono::seconds(40), &fd);

@@ -65,6 +65,11 @@ Result<int> OpenExecStream(Store& store, const std::string& name,
                            const std::vector<std::string>& args = {},
                            const ReadyWait& wait = {});
 
+// The same for any host-opened guest service the supervisor allows (protocol/contract.h:
+// kExecService, kTcpService with args {PORT}, kSshdService). Others are refused by the supervisor.
+Result<int> OpenGuestStream(Store& store, const std::string& name, const std::string& service,
+                            const std::vector<std::string>& args = {}, const ReadyWait& wait = {});
+
 // An exec/attach session whose stream ended early: if the VM was paused meanwhile (the
 // compromise detector), the error says so and names the fix; otherwise `error` unchanged.
 Error ExplainEndedSession(Store& store, const std::string& name, lifecycle::Action action,

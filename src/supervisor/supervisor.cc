@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "base/agent_tools.h"
@@ -614,7 +615,7 @@ void Supervisor::Handle(Action a) {
         if (rule.next == Phase::kPaused) stage_ = a.info;
       }
       // SECURITY: the new state first, before the guest is frozen and its streams closed: from
-      // here on `status`, `open-exec` and a CLI whose session just ended (it asks why) all see
+      // here on `status`, `open-stream` and a CLI whose session just ended (it asks why) all see
       // paused, never a running VM that stopped answering.
       set_phase(rule.next);
       Log("COMPROMISE: " + a.info + "; pausing the VM (`cloister wipe " + opts_.name + "`)");
@@ -796,7 +797,17 @@ void Supervisor::HandleConnection(int fd) {
     ssh_confirm_->ServeListener(conn);  // until the listener leaves or Cleanup stops the broker
     return;
   }
-  if (op == "open-exec") {
+  if (op == "open-stream") {
+    // Host-opened guest services a CLI may ask for; anything else (a guest-opened service name,
+    // a typo) is refused here, so the control socket cannot open streams the design does not name.
+    static const std::set<std::string> kOpenable = {protocol::kExecService, protocol::kTcpService,
+                                                    protocol::kSshdService};
+    std::string service = JsonString(*req, "service");
+    if (kOpenable.count(service) == 0) {
+      (void)conn.Send(ErrorReply(Error(ErrorCode::kInvalidArgument,
+                                       "no guest service '" + service + "' can be opened")));
+      return;
+    }
     lifecycle::Action action = JsonString(*req, "action") == "attach" ? lifecycle::Action::kAttach
                                                                        : lifecycle::Action::kExec;
     std::shared_ptr<channel::Mux> mux;
@@ -824,7 +835,7 @@ void Supervisor::HandleConnection(int fd) {
         if (s.is_string()) args.push_back(s.get<std::string>());
       }
     }
-    auto stream = mux->Open(protocol::kExecService, args, std::chrono::seconds(30));
+    auto stream = mux->Open(service, args, std::chrono::seconds(30));
     if (!stream.ok()) {
       (void)conn.Send(ErrorReply(stream.error()));
       return;

@@ -2,7 +2,7 @@
 //
 // `cloister start` daemonises `cloister _supervise NAME`, which runs RunSupervisor. It
 //   - claims run/supervisor.pid (an OFD lock held for its whole life) and serves run/supervisor.sock
-//     (control.h protocol: status, stop, suspend, reboot, open-exec);
+//     (control.h protocol: status, stop, suspend, reboot, open-stream);
 //   - holds the workspace lock for the VM's lifetime (mutating verbs see the workspace busy);
 //   - builds the per-boot metadata disk, starts QEMU (PR_SET_PDEATHSIG: QEMU never outlives it),
 //     connects QMP and the host-guest channel, and waits for the guest agent's READY;
