@@ -6,6 +6,7 @@
 
 #include "base/strings.h"
 #include "cli/commands.h"
+#include "cli/version.h"
 
 namespace cloister::cli {
 
@@ -46,10 +47,18 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   Cli cli(out, err, in);
   CLI::App app{"cloister: one persistent, disposable VM per AI coding agent", "cloister"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "cloister 0.1.0");
+  app.set_version_flag("--version", std::string("cloister ") + kCloisterVersion);
   app.add_option("--store", cli.store_flag(),
                  "Store root (default: $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else "
                  "~/.local/share/cloister)");
+  // Read by main() before this parse (cli/remote.h): here they are only documented, and set
+  // in-process they are an error, since only the binary's main drives a remote.
+  std::string host_flag, context_flag;
+  app.add_option("--host", host_flag,
+                 "Run the verb on the cloister of another machine: ssh://[USER@]HOST[:PORT] "
+                 "(also $CLOISTER_HOST); through your own ssh");
+  app.add_option("--context", context_flag,
+                 "Run the verb on a named context (cloister context ls; also $CLOISTER_CONTEXT)");
   AddAllCommands(app, cli);
   // A bare "--" ends cloister's own arguments: the rest is a guest command, kept verbatim.
   int own = argc;
@@ -69,6 +78,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     out << o.str();
     err << er.str();
     return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (!host_flag.empty() || !context_flag.empty()) {
+    err << "cloister: error: --host/--context are read by the cloister binary before the verb\n";
+    return kExitUsage;
   }
   return cli.exit_code;
 }

@@ -1,5 +1,6 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/version.h"
 
 namespace cloister::cli {
 
@@ -8,8 +9,11 @@ void AddVersionCommand(CLI::App& app, Cli& cli) {
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print as JSON");
   cmd->callback([&cli, json] {
-    if (*json) cli.PrintJson({{"version", "0.1.0"}});
-    else cli.out() << "cloister 0.1.0\n";
+    if (*json) {
+      cli.PrintJson({{"version", kCloisterVersion}, {"remote_protocol", kRemoteProtocolVersion}});
+    } else {
+      cli.out() << "cloister " << kCloisterVersion << "\n";
+    }
   });
 }
 

@@ -30,6 +30,9 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshConfirmCommand(app, cli);
   AddEgressCommand(app, cli);
   AddConfigCommand(app, cli);
+  AddKubeCommand(app, cli);
+  AddContextCommand(app, cli);
+  AddRemoteCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -32,6 +32,9 @@ void AddSshPolicyCommand(CLI::App& app, Cli& cli);
 void AddSshConfirmCommand(CLI::App& app, Cli& cli);
 void AddEgressCommand(CLI::App& app, Cli& cli);
 void AddConfigCommand(CLI::App& app, Cli& cli);
+void AddKubeCommand(CLI::App& app, Cli& cli);
+void AddContextCommand(CLI::App& app, Cli& cli);
+void AddRemoteCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -1,0 +1,71 @@
+// Driving a cloister on another machine over SSH, as `DOCKER_HOST=ssh://...` does for Docker.
+//
+// Selection (first that applies): `--host ssh://[USER@]HOST[:PORT]` or `--context NAME` before the
+// verb, `$CLOISTER_HOST`, `$CLOISTER_CONTEXT`, the current context of
+// `$XDG_CONFIG_HOME/cloister/contexts.json` (`cloister context use`). The context "default" (or
+// none) is this machine. Verbs that are about this machine (`context`, `completion`,
+// `ls --all-contexts`) always run here.
+//
+// Transport: the user's own OpenSSH client (their ~/.ssh/config, agent, known_hosts; cloister has
+// no SSH code of its own) runs, on the remote,
+//     cloister _remote PROTOCOL VERSION -- ARGS...
+// with every argument single-quoted for the remote shell (a POSIX shell: sh, bash, zsh, dash).
+// The remote refuses a client of another protocol or version with both versions and the fix, and
+// otherwise runs ARGS as if typed there. stdin, stdout and stderr are ssh's, so a secret given to
+// `cred add` on stdin crosses only as data on the SSH channel: never in an argv, an environment
+// or a temporary file on either side. With a terminal on both stdin and stdout, ssh gets `-t`:
+// `exec -t`, `attach`, prompts and confirmations run on the remote's pty, shown on the local
+// terminal, and ssh carries window changes and Ctrl-C. The exit code is the remote verb's; ssh's
+// own failure (255) is reported as a lost or failed connection.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+
+namespace cloister::cli {
+
+struct RemoteTarget {
+  std::string context;    // "" when given by --host or $CLOISTER_HOST
+  std::string user;       // "" = ssh's default
+  std::string host;
+  std::string port;       // "" = ssh's default
+  std::string cloister = "cloister";  // the remote's command (a context may name a path)
+  std::string url() const;
+};
+
+// Parses "ssh://[USER@]HOST[:PORT]" (HOST may be [v6]); anything else is an error with the form.
+Result<RemoteTarget> ParseRemoteUrl(const std::string& url);
+
+// The contexts file: {"current": NAME, "contexts": {NAME: {"host": URL, "cloister": CMD}}}.
+std::string ContextsPath();
+Result<nlohmann::json> LoadContexts();
+Status SaveContexts(const nlohmann::json& doc);  // atomic, 0600
+
+// What main() does with argv: nullopt = run here; a target = strip the selection flags (into
+// *rest, argv[0] excluded) and run remotely. An unknown context or a bad URL is an error.
+Result<std::optional<RemoteTarget>> SelectRemote(int argc, const char* const* argv,
+                                                 std::vector<std::string>* rest);
+
+// The ssh client command: $CLOISTER_SSH_COMMAND split on white space (like GIT_SSH_COMMAND,
+// without a shell; e.g. "ssh -F ~/.ssh/other_config"), else "ssh".
+std::vector<std::string> SshCommand();
+
+// ssh's argv for `args` on `target` (tty: request a pty).
+std::vector<std::string> RemoteSshArgv(const RemoteTarget& target,
+                                       const std::vector<std::string>& args, bool tty);
+
+// Single-quotes `word` for a POSIX shell.
+std::string ShellQuote(const std::string& word);
+
+// Runs `args` on the remote with this process's stdio; returns the exit code to exit with.
+int RunRemote(const RemoteTarget& target, const std::vector<std::string>& args);
+
+// The remote side's check of a client: OK or the refusal naming both versions.
+Status CheckRemoteClient(const std::string& protocol, const std::string& version);
+
+}  // namespace cloister::cli

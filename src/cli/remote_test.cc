@@ -1,0 +1,366 @@
+// The CLI against a "remote" cloister over a real sshd on 127.0.0.1 (its own host key, one
+// authorised test key), with a second store as the remote's. The local side runs the real
+// cloister binary with the user's ssh (here ssh -F <test config>, through CLOISTER_SSH_COMMAND).
+#include "cli/remote.h"
+
+#include "cli/cli.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+#include "cli/testing.h"
+#include "cli/version.h"
+
+namespace cloister::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(RemoteUrlTest, ParsesSshUrlsAndRefusesTheRest) {
+  auto t = ParseRemoteUrl("ssh://dev@build-box.lan:2222");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->user, "dev");
+  EXPECT_EQ(t->host, "build-box.lan");
+  EXPECT_EQ(t->port, "2222");
+  EXPECT_EQ(t->url(), "ssh://dev@build-box.lan:2222");
+  auto v6 = ParseRemoteUrl("ssh://[::1]:22");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(ParseRemoteUrl("ssh://box")->port, "");
+  for (const char* bad : {"box", "http://box", "ssh://", "ssh://-oProxyCommand=x", "ssh://a b",
+                          "ssh://box:0", "ssh://box:99999", "ssh://box:2x", "ssh://-l@box",
+                          "ssh://u;rm@box", "ssh://[::1"}) {
+    EXPECT_FALSE(ParseRemoteUrl(bad).ok()) << bad;
+  }
+}
+
+// Every argument reaches the remote verbatim through the remote shell.
+TEST(RemoteUrlTest, ArgumentsSurviveTheRemoteShell) {
+  std::vector<std::string> words = {"plain", "two words", "it's", "$HOME", "`id`", "a\"b", "\\n",
+                                    "*", ";", "", "--", "-x", "new\nline"};
+  std::string cmd = "printf '%s\\0'";
+  for (const std::string& w : words) cmd += " " + ShellQuote(w);
+  auto r = RunProcess({"/bin/sh", "-c", cmd});
+  ASSERT_TRUE(r.ok());
+  std::vector<std::string> got;
+  std::string cur;
+  for (char c : r->out) {
+    if (c == '\0') {
+      got.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  EXPECT_EQ(got, words);
+}
+
+TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {
+  EXPECT_TRUE(CheckRemoteClient(std::to_string(kRemoteProtocolVersion), kCloisterVersion).ok());
+  Status old = CheckRemoteClient(std::to_string(kRemoteProtocolVersion), "0.0.9");
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.error().message().find("0.0.9"), std::string::npos);
+  EXPECT_NE(old.error().message().find(kCloisterVersion), std::string::npos);
+  EXPECT_FALSE(CheckRemoteClient("999", kCloisterVersion).ok());
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteText(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ProgramExists("/usr/sbin/sshd") || geteuid() != 0) {
+      GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
+    }
+    char tmpl[] = "/tmp/cloister-remote.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    remote_store_ = std::make_unique<testing::TempStore>("remote");
+    exe_ = std::string(getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
+    ASSERT_TRUE(fs::exists(exe_)) << exe_;
+    fs::create_directories("/run/sshd");
+    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()})->exit_code, 0);
+    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "id").string()})->exit_code, 0);
+    WriteText(dir_ / "authorized_keys", ReadText(dir_ / "id.pub"));
+    for (int attempt = 0; attempt < 3 && sshd_pid_ <= 0; ++attempt) {
+      port_ = FreeLoopbackPort();
+      std::ostringstream cfg;
+      cfg << "ListenAddress 127.0.0.1:" << port_ << "\n"
+          << "HostKey " << (dir_ / "hostkey").string() << "\n"
+          << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
+          << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
+          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
+          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
+          // The remote's own store; the remote knows nothing of the local one.
+          << "SetEnv CLOISTER_HOME=" << remote_store_->root()
+          << " PATH=" << fs::path(exe_).parent_path().string() << ":/usr/sbin:/usr/bin:/sbin:/bin\n";
+      WriteText(dir_ / "sshd_config", cfg.str());
+      auto d = RunProcess({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E", (dir_ / "sshd.log").string()});
+      if (!d.ok() || d->exit_code != 0) continue;
+      for (int i = 0; i < 500 && sshd_pid_ <= 0; ++i) {
+        std::string pid = Trim(ReadText(dir_ / "sshd.pid"));
+        if (!pid.empty()) sshd_pid_ = std::stoi(pid);
+        else std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
+      }
+    }
+    ASSERT_GT(sshd_pid_, 0) << ReadText(dir_ / "sshd.log");
+    WriteText(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port_) + " " + ReadText(dir_ / "hostkey.pub"));
+    // The user's ssh config, as a user would have it (here a file of its own).
+    WriteText(dir_ / "ssh_config", "Host *\n  IdentityFile " + (dir_ / "id").string() +
+                                       "\n  IdentitiesOnly yes\n  IdentityAgent none\n  BatchMode yes\n"
+                                       "  UserKnownHostsFile " + (dir_ / "known_hosts").string() +
+                                       "\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n");
+    local_store_ = std::make_unique<testing::TempStore>("local");
+    url_ = "ssh://root@127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    if (sshd_pid_ > 0) {
+      kill(sshd_pid_, SIGTERM);
+      // sshd removes its pid file as it exits: wait for it (bounded) before removing the dir.
+      for (int i = 0; i < 250 && kill(sshd_pid_, 0) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  RunOptions Env(const std::string& input = "") const {
+    RunOptions ro;
+    ro.stdin_data = input;
+    ro.env_set = {{"CLOISTER_SSH_COMMAND", "ssh -F " + (dir_ / "ssh_config").string()},
+                  {"XDG_CONFIG_HOME", (dir_ / "config").string()},
+                  {"CLOISTER_HOME", local_store_->root()}};
+    ro.env_unset = {"CLOISTER_HOST", "CLOISTER_CONTEXT"};
+    ro.timeout = std::chrono::seconds(120);
+    return ro;
+  }
+  RunOutput Cloister(std::vector<std::string> args, const std::string& input = "") const {
+    args.insert(args.begin(), exe_);
+    auto r = RunProcess(args, Env(input));
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : RunOutput{};
+  }
+
+  fs::path dir_;
+  std::string exe_, url_;
+  int port_ = -1;
+  pid_t sshd_pid_ = -1;
+  std::unique_ptr<testing::TempStore> remote_store_, local_store_;
+};
+
+TEST_F(RemoteTest, VerbsRunOnTheRemoteWithItsStoreAndExitCodes) {
+  ASSERT_EQ(remote_store_->CreateWorkspace("far"), "");
+  ASSERT_EQ(local_store_->CreateWorkspace("near"), "");
+  // --host: the remote's store, not the local one.
+  RunOutput ls = Cloister({"--host", url_, "ls", "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  auto arr = nlohmann::json::parse(ls.out, nullptr, false);
+  ASSERT_TRUE(arr.is_array()) << ls.out;
+  ASSERT_EQ(arr.size(), 1u);
+  EXPECT_EQ(arr[0]["name"], "far");
+  // Exit codes pass through: a missing workspace fails there as here.
+  RunOutput missing = Cloister({"--host", url_, "describe", "nope"});
+  RunOutput missing_here = Cloister({"describe", "nope"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(missing.exit_code, missing_here.exit_code);
+  EXPECT_NE(missing.err.find("nope"), std::string::npos) << missing.err;
+  // A usage error is a usage error there too.
+  EXPECT_EQ(Cloister({"--host", url_, "describe"}).exit_code, kExitUsage);
+
+  // Contexts: add, use, ls --all-contexts with a host column, then back to default.
+  RunOutput add = Cloister({"context", "add", "far-box", url_, "--cloister", exe_});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  EXPECT_NE(Cloister({"context", "add", "far-box", url_}).exit_code, 0);  // exists
+  EXPECT_NE(Cloister({"context", "add", "x", "http://nope"}).exit_code, 0);
+  ASSERT_EQ(Cloister({"context", "use", "far-box"}).exit_code, 0);
+  RunOutput via_ctx = Cloister({"describe", "far", "--json"});
+  EXPECT_EQ(via_ctx.exit_code, 0) << via_ctx.err;
+  RunOutput all = Cloister({"ls", "--all-contexts", "--json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  auto rows = nlohmann::json::parse(all.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << all.out;
+  std::map<std::string, std::string> host_of;
+  for (const auto& r : rows) host_of[r.value("name", "")] = r.value("host", "");
+  EXPECT_EQ(host_of["near"], "this machine");
+  EXPECT_EQ(host_of["far"], url_);
+  ASSERT_EQ(Cloister({"context", "use", "default"}).exit_code, 0);
+  RunOutput here = Cloister({"ls", "--json"});
+  EXPECT_NE(here.out.find("near"), std::string::npos);
+  EXPECT_EQ(Cloister({"--context", "nope", "ls"}).exit_code, kExitUsage);
+  EXPECT_EQ(Cloister({"--host", "ftp://x", "ls"}).exit_code, kExitUsage);
+  ASSERT_EQ(Cloister({"context", "rm", "far-box"}).exit_code, 0);
+}
+
+// A secret given to `cred add` crosses only as data on the SSH channel: it is in no argv and no
+// environment of any process on this machine (the local and the remote side both) during the call.
+TEST_F(RemoteTest, ASecretIsNeverInAnArgvOrEnvironment) {
+  ASSERT_EQ(remote_store_->CreateWorkspace("far"), "");
+  const std::string secret = "ghp_" + std::string("S3cretRemoteValue0123456789abcdefXYZW");
+  std::atomic<bool> done{false};
+  std::atomic<int> hits{0}, scans_seeing_remote{0};
+  std::thread scanner([&] {
+    while (!done) {
+      bool saw_remote = false;
+      DIR* d = opendir("/proc");
+      if (!d) break;
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        for (const char* f : {"cmdline", "environ"}) {
+          std::string text = ReadText(fs::path("/proc") / e->d_name / f);
+          if (text.find(secret) != std::string::npos) ++hits;
+          if (std::string(f) == "cmdline" && text.find("_remote") != std::string::npos &&
+              text.find("cred") != std::string::npos) {
+            saw_remote = true;
+          }
+        }
+      }
+      closedir(d);
+      if (saw_remote) ++scans_seeing_remote;
+    }
+  });
+  // The secret arrives on stdin while the remote verb runs; the remote reads it from its stdin.
+  RunOptions ro = Env();
+  std::vector<std::string> argv = {exe_, "--host", url_, "cred", "add", "far", "github"};
+  int in_pipe[2];
+  ASSERT_EQ(pipe(in_pipe), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_pipe[0], 0);
+    close(in_pipe[0]);
+    close(in_pipe[1]);
+    for (const auto& [k, v] : ro.env_set) setenv(k.c_str(), v.c_str(), 1);
+    unsetenv("CLOISTER_HOST");
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  // Give the scanner time to see the remote side waiting for input (bounded).
+  for (int i = 0; i < 200 && scans_seeing_remote < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::string line = secret + "\n";
+  ASSERT_EQ(write(in_pipe[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  close(in_pipe[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  done = true;
+  scanner.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GE(scans_seeing_remote.load(), 3) << "the scan never overlapped the remote verb";
+  EXPECT_EQ(hits.load(), 0);
+  // It reached the remote store (only the remote's), as a credential.
+  RunOutput creds = Cloister({"--host", url_, "cred", "ls", "far", "--json"});
+  EXPECT_EQ(creds.exit_code, 0) << creds.err;
+  EXPECT_NE(creds.out.find("github"), std::string::npos) << creds.out;
+  EXPECT_EQ(creds.out.find(secret), std::string::npos);
+}
+
+TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
+  ASSERT_EQ(remote_store_->CreateWorkspace("far"), "");
+  // An older client (as its _remote line says it is): refused with both versions and the fix.
+  auto old = RunProcess({"ssh", "-F", (dir_ / "ssh_config").string(), "-p", std::to_string(port_),
+                         "root@127.0.0.1", ShellQuote(exe_) + " _remote 1 0.0.9 -- ls"});
+  ASSERT_TRUE(old.ok());
+  EXPECT_NE(old->exit_code, 0);
+  EXPECT_NE(old->err.find("0.0.9"), std::string::npos) << old->err;
+  EXPECT_NE(old->err.find(kCloisterVersion), std::string::npos) << old->err;
+  EXPECT_NE(old->err.find("same cloister version"), std::string::npos) << old->err;
+
+  // The connection dies mid-verb (its sshd session killed): a clear error, the workspace intact.
+  RunOptions ro = Env();
+  int in_pipe[2];
+  ASSERT_EQ(pipe(in_pipe), 0);
+  int err_pipe[2];
+  ASSERT_EQ(pipe(err_pipe), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_pipe[0], 0);
+    dup2(err_pipe[1], 2);
+    for (int fd : {in_pipe[0], in_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    for (const auto& [k, v] : ro.env_set) setenv(k.c_str(), v.c_str(), 1);
+    execl(exe_.c_str(), exe_.c_str(), "--host", url_.c_str(), "cred", "add", "far", "github", nullptr);
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  close(err_pipe[1]);
+  // Wait for the session's remote verb, then kill the sshd processes serving it (not the listener).
+  bool killed = false;
+  for (int i = 0; i < 200 && !killed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    DIR* d = opendir("/proc");
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      pid_t p = std::stoi(e->d_name);
+      if (p == sshd_pid_) continue;
+      std::string cmd = ReadText(fs::path("/proc") / e->d_name / "cmdline");
+      std::string stat = ReadText(fs::path("/proc") / e->d_name / "stat");
+      // sshd's per-connection children have the listener as parent ("sshd: root@notty").
+      std::istringstream ss(stat.substr(stat.rfind(')') + 2));
+      std::string state;
+      pid_t ppid = 0;
+      ss >> state >> ppid;
+      if (ppid == sshd_pid_ && cmd.find("sshd") != std::string::npos) {
+        kill(p, SIGKILL);
+        killed = true;
+      }
+    }
+    closedir(d);
+  }
+  ASSERT_TRUE(killed);
+  std::string err;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(err_pipe[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(in_pipe[1]);
+  close(err_pipe[0]);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 255);
+  EXPECT_NE(err.find("failed or was lost"), std::string::npos) << err;
+  RunOutput ls = Cloister({"--host", url_, "ls", "--json"});
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("far"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cloister::cli
