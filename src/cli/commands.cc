@@ -30,6 +30,9 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshConfirmCommand(app, cli);
   AddEgressCommand(app, cli);
   AddConfigCommand(app, cli);
+  AddCpCommand(app, cli);
+  AddLogsCommand(app, cli);
+  AddCompletionCommand(app, cli);
 }
 
 }  // namespace cloister::cli
