@@ -7,7 +7,8 @@
 //   - `-` both ways: a tar on stdout that the host's tar reads, a host tar on stdin;
 //   - a hostile guest (root replaced `tar` with one that sends a crafted archive: `loot/link ->`
 //     a host directory, then `loot/link/x`): the copy is refused, nothing lands in that directory,
-//     and `-` does not pass the entry on either.
+//     and `-` does not pass the entry on either;
+//   - `cloister logs NAME -f` follows the supervisor's log until the stop ends it.
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -16,9 +17,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/strings.h"
@@ -175,7 +179,26 @@ TEST_F(CpVmTest, BothWaysModesTimesStreamsAndSymlinkEscapeRefused) {
 
   // The session is usable after the refusals.
   EXPECT_EQ(Exec("ws", "echo still"), "still\n");
+
+  // `logs -f` follows the supervisor's log while it lives and ends when it exits, having printed
+  // what the stop appended.
+  std::string sup_log = root_ + "/workspaces/ws/supervisor.log";
+  std::atomic<bool> done{false};
+  RunOutput follow;
+  std::thread follower([&] {
+    follow = Cloister({"logs", "ws", "-f", "--supervisor"});
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // let it start following
+  EXPECT_FALSE(done.load()) << "logs -f returned while the supervisor was running";
+  size_t before = Slurp(sup_log).size();
   Stop("ws");
+  follower.join();
+  std::string log = Slurp(sup_log);
+  ASSERT_GT(log.size(), before);
+  std::vector<std::string> lines = Split(Trim(log), '\n');
+  EXPECT_EQ(follow.exit_code, 0) << follow.err;
+  EXPECT_NE(follow.out.find(lines.back()), std::string::npos) << follow.out;
 }
 
 }  // namespace
