@@ -353,6 +353,18 @@ void AddCpCommand(CLI::App& app, Cli& cli) {
       return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "`-` is the host side's tar stream",
                                   "cloister cp NAME:PATH - > out.tar, or cloister cp - NAME:DIR < in.tar"));
     }
+    // SECURITY: a tar stream out of the guest holds the guest's file bytes: never raw onto the
+    // user's terminal (escape sequences). Nor is a terminal a tar stream to read.
+    if (!dst.remote && dst.path == "-" && isatty(STDOUT_FILENO)) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                  "refusing to write a tar stream to a terminal",
+                                  "redirect it: cloister cp " + o->src + " - > out.tar (or | tar -x)"));
+    }
+    if (!src.remote && src.path == "-" && isatty(STDIN_FILENO)) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                  "refusing to read a tar stream from a terminal",
+                                  "redirect it: cloister cp - " + o->dst + " < in.tar"));
+    }
     if ((!src.remote && src.path.empty()) || (!dst.remote && dst.path.empty())) {
       return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "an empty host path"));
     }

@@ -3,8 +3,11 @@
 // guest bytes, the start error's hint at `cloister logs`, and the bash completion script run
 // by bash itself (compgen, complete -p) against the same command tree as --help.
 // (cp itself, through a guest, is src/supervisor/cp_vm_test.cc.)
+#include <fcntl.h>
+#include <pty.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,6 +48,31 @@ TEST_F(FilesCliTest, CpNeedsExactlyOneWorkspaceSide) {
   Outcome dot = store_.Run({"cp", "ws:/home/dev/.", "/tmp"});
   EXPECT_EQ(dot.code, 2);
   EXPECT_NE(dot.err.find("by that name"), std::string::npos) << dot.err;
+}
+
+// SECURITY: the guest's file bytes never go raw onto a terminal (`cp NAME:PATH -` on a tty).
+TEST_F(FilesCliTest, CpRefusesATarStreamOnATerminal) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  int saved = dup(STDOUT_FILENO);
+  dup2(slave, STDOUT_FILENO);
+  Outcome o = store_.Run({"cp", "ws:/etc/hostname", "-"});
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  close(slave);
+  close(master);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("refusing to write a tar stream to a terminal"), std::string::npos) << o.err;
+  // Not on a terminal it goes on (and here meets the stopped workspace).
+  int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  saved = dup(STDOUT_FILENO);
+  dup2(null, STDOUT_FILENO);
+  Outcome p = store_.Run({"cp", "ws:/etc/hostname", "-"});
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  close(null);
+  EXPECT_EQ(p.err.find("terminal"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("cloister start ws"), std::string::npos) << p.err;
 }
 
 TEST_F(FilesCliTest, CpToAStoppedWorkspaceSaysSo) {
