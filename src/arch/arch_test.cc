@@ -52,7 +52,7 @@ struct ModuleRule {
 
 const std::vector<std::string> kHostModules = {
     "audit", "aws",      "catalog",    "cli",   "image", "lifecycle", "proxy",
-    "sshagent", "store", "supervisor", "vault", "vm"};
+    "sshagent", "store", "supervisor", "transfer", "vault", "vm"};
 
 std::vector<ModuleRule> Rules() {
   return {

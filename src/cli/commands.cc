@@ -33,6 +33,9 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddKubeCommand(app, cli);
   AddContextCommand(app, cli);
   AddRemoteCommand(app, cli);
+  AddCpCommand(app, cli);
+  AddLogsCommand(app, cli);
+  AddCompletionCommand(app, cli);
 }
 
 }  // namespace cloister::cli

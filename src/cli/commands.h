@@ -35,6 +35,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli);
 void AddKubeCommand(CLI::App& app, Cli& cli);
 void AddContextCommand(CLI::App& app, Cli& cli);
 void AddRemoteCommand(CLI::App& app, Cli& cli);
+void AddCpCommand(CLI::App& app, Cli& cli);
+void AddLogsCommand(CLI::App& app, Cli& cli);
+// Last: it walks the tree the others built (and adds the hidden `_complete-names`).
+void AddCompletionCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -62,6 +62,12 @@ bool WaitSupervisorGone(const RunPaths& p, Clock::time_point deadline) {
   return true;
 }
 
+// Start errors point at `cloister logs NAME` (both logs, labelled and terminal-safe).
+std::string WithLogsHint(const std::string& hint, const std::string& name) {
+  std::string logs = "`cloister logs " + name + "` shows its boot console and supervisor log";
+  return hint.empty() ? logs : hint + "; " + logs;
+}
+
 }  // namespace
 
 Status StartWorkspace(Store& store, const std::string& name, const StartOptions& options,
@@ -169,10 +175,11 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
     std::string rest = final_line.substr(6);
     size_t tab = rest.find('\t');
     return Error(ErrorCode::kUnavailable, "start " + name + ": " + rest.substr(0, tab),
-                 tab == std::string::npos ? "" : rest.substr(tab + 1));
+                 WithLogsHint(tab == std::string::npos ? "" : rest.substr(tab + 1), name));
   }
   return Error(ErrorCode::kUnavailable, "start " + name + ": the supervisor exited unexpectedly",
-               "see " + paths.supervisor_log + " and the boot log " + paths.console_log);
+               WithLogsHint("see " + paths.supervisor_log + " and the boot log " + paths.console_log,
+                            name));
 }
 
 Status StopWorkspace(Store& store, const std::string& name, const StopOptions& options,
@@ -263,7 +270,8 @@ Status WaitUntilRunningBy(Store& store, const std::string& name, const ReadyWait
                    name + " is still " + line + " after " + std::to_string(wait.timeout.count()) +
                        " s",
                    "wait longer (--wait SECONDS), or see its boot log " + paths.console_log +
-                       " (`cloister stop " + name + " --force` gives up)");
+                       " (`cloister logs " + name + "`; `cloister stop " + name +
+                       " --force` gives up)");
     }
     // The guest is booting; poll the supervisor's answer with a bounded deadline.
     std::this_thread::sleep_for(std::chrono::milliseconds(250));

@@ -1,0 +1,380 @@
+// `cloister cp SRC DST`, docker-style: exactly one side is `NAME:PATH` (a path in the workspace;
+// relative to /home/dev); the other a host path, or `-` for a tar stream on stdin/stdout.
+// Files and directory trees; modes and mtimes kept; symlinks copied as symlinks, never followed.
+//
+// Both directions go through the channel: an exec stream runs the guest's `tar` as dev, and the
+// host side is transfer/tar.h (libarchive). Out of the guest, the guest's tar stream is hostile
+// and ExtractTar/FilterTar hold it to their entry policy (SECURITY: see transfer/tar.h). Into the
+// guest the host writes the tar and the guest's tar extracts it as dev: the guest protects
+// itself there (not our boundary).
+//
+// Where things land (as docker cp):
+//   DST an existing directory    -> DST/basename(SRC)
+//   DST a new path (parent must exist) -> DST (SRC renamed)
+//   DST an existing file         -> overwritten (SRC must be a file)
+//   `-` as DST: a tar of SRC on stdout; `-` as SRC: a tar on stdin extracted into the directory DST.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "channel/exec_client.h"
+#include "base/strings.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "protocol/contract.h"
+#include "store/store.h"
+#include "supervisor/launcher.h"
+#include "transfer/safe_text.h"
+#include "transfer/tar.h"
+
+namespace cloister::cli {
+namespace {
+
+struct Spec {
+  bool remote = false;
+  std::string name;  // workspace (remote)
+  std::string path;  // "-" for a tar stream (host side only)
+};
+
+// NAME:PATH when a ':' comes before any '/', as docker reads it (`./a:b` is a host path).
+Spec ParseSpec(const std::string& arg) {
+  Spec s;
+  size_t colon = arg.find(':');
+  size_t slash = arg.find('/');
+  if (colon != std::string::npos && colon > 0 && (slash == std::string::npos || colon < slash)) {
+    s.remote = true;
+    s.name = arg.substr(0, colon);
+    s.path = arg.substr(colon + 1);
+  } else {
+    s.path = arg;
+  }
+  return s;
+}
+
+std::string StripSlashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// dirname/basename of a path (trailing slashes stripped); "" base for "/" (and "." / ".." stay).
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  std::string p = StripSlashes(path);
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return {".", p};
+  if (slash == 0) return {"/", p.substr(1)};
+  return {p.substr(0, slash), p.substr(slash + 1)};
+}
+
+Status CheckBase(const std::string& base, const std::string& path) {
+  if (base.empty() || base == "." || base == "..") {
+    return Error(ErrorCode::kInvalidArgument, "cannot copy '" + path + "' by that name",
+                 "name the file or directory itself (e.g. NAME:/home/dev/project, not "
+                 "NAME:/home/dev/.)");
+  }
+  return OkStatus();
+}
+
+// A guest path as the guest's tar gets it: relative paths are from /home/dev, and one that
+// begins with '-' gets "./" (never read as an option).
+std::string GuestPath(const std::string& path) {
+  if (path.empty()) return ".";
+  if (path[0] == '-') return "./" + path;
+  return path;
+}
+
+std::string ReadBounded(int fd, size_t limit) {
+  std::string out;
+  lseek(fd, 0, SEEK_SET);
+  char buf[4096];
+  ssize_t n;
+  while (out.size() < limit && (n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+struct GuestRun {
+  channel::ExecExit exit;
+  std::string out;  // stdout when no out_fd was given (bounded)
+  std::string err;  // stderr, terminal-safe and bounded
+};
+
+// A connected exec stream to NAME's guest agent (a booting workspace is waited for).
+Result<int> OpenStream(Store& store, const std::string& name) {
+  vm::ReadyWait wait;
+  wait.action = lifecycle::Action::kExec;
+  return vm::OpenExecStream(store, name, {}, wait);
+}
+
+// Runs `argv` as dev on `stream` (closed here) with `in_fd`/`out_fd` as its stdin/stdout (-1:
+// none / kept in GuestRun::out). Touches no path (ExtractTar may hold another cwd meanwhile).
+// SECURITY: what the guest prints is kept bounded and made terminal-safe.
+Result<GuestRun> RunOnStream(int stream, const std::vector<std::string>& argv, int in_fd,
+                             int out_fd, channel::ExecControl* control) {
+  int err_fd = memfd_create("cp-stderr", MFD_CLOEXEC);
+  int cap_fd = out_fd < 0 ? memfd_create("cp-stdout", MFD_CLOEXEC) : -1;
+  if (err_fd < 0 || (out_fd < 0 && cap_fd < 0)) {
+    int e = errno;
+    close(stream);
+    if (err_fd >= 0) close(err_fd);
+    return ErrnoError("memfd_create", e);
+  }
+  channel::ExecRequest req;
+  req.argv = argv;
+  req.user = protocol::kGuestUser;
+  channel::ExecIo io;
+  io.in = in_fd;
+  io.out = out_fd < 0 ? cap_fd : out_fd;
+  io.err = err_fd;
+  auto exit = channel::RunExec(stream, req, io, control);
+  close(stream);
+  GuestRun run;
+  run.err = transfer::TerminalSafe(ReadBounded(err_fd, 2048), true);
+  while (!run.err.empty() && run.err.back() == '\n') run.err.pop_back();
+  close(err_fd);
+  if (cap_fd >= 0) {
+    run.out = ReadBounded(cap_fd, 4096);
+    close(cap_fd);
+  }
+  if (!exit.ok()) return exit.error();
+  run.exit = *exit;
+  return run;
+}
+
+// OpenStream + RunOnStream, an ended session explained (paused by the compromise detector).
+Result<GuestRun> RunInGuest(Store& store, const std::string& name,
+                            const std::vector<std::string>& argv, int in_fd, int out_fd) {
+  ASSIGN_OR_RETURN(int stream, OpenStream(store, name));
+  auto run = RunOnStream(stream, argv, in_fd, out_fd, nullptr);
+  if (!run.ok()) return vm::ExplainEndedSession(store, name, lifecycle::Action::kExec, run.error());
+  return run;
+}
+
+Error GuestTarFailed(const GuestRun& run, const std::string& what) {
+  return Error(ErrorCode::kFailedPrecondition,
+               what + " failed in the workspace (exit " + std::to_string(run.exit.ShellCode()) +
+                   ")" + (run.err.empty() ? "" : ": " + run.err),
+               "check the path and its permissions for dev in the workspace");
+}
+
+void Drain(int fd) {
+  char buf[65536];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+  }
+}
+
+std::string Summary(const transfer::TarStats& s, const std::string& where) {
+  std::string out = "cloister: copied " + std::to_string(s.entries) + " entr" +
+                    (s.entries == 1 ? "y" : "ies") + " (" + FormatSize(s.bytes) + ") " + where;
+  if (s.skipped) out += "; skipped " + std::to_string(s.skipped) + " device/fifo/socket entries";
+  return out + "\n";
+}
+
+Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string& dst) {
+  std::string gpath = GuestPath(StripSlashes(src.path));
+  auto [gparent, gbase] = SplitPath(gpath);
+  RETURN_IF_ERROR(CheckBase(gbase, src.path));
+  transfer::EntryPolicy policy;
+  policy.top = gbase;
+  policy.warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
+  std::string dest_dir;
+  if (dst != "-") {
+    struct stat st;
+    std::string d = StripSlashes(dst);
+    if (stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      dest_dir = d;
+    } else {
+      auto [parent, base] = SplitPath(d);
+      RETURN_IF_ERROR(CheckBase(base, dst));
+      struct stat pst;
+      if (stat(parent.c_str(), &pst) != 0 || !S_ISDIR(pst.st_mode)) {
+        return Error(ErrorCode::kNotFound, "no directory " + parent + " on the host",
+                     "create it first, or name an existing directory");
+      }
+      if (dst.back() == '/' && stat(d.c_str(), &st) != 0) {
+        return Error(ErrorCode::kNotFound, "no directory " + d + " on the host",
+                     "create it first (`mkdir -p " + d + "`)");
+      }
+      dest_dir = parent;
+      policy.rename_top = base;
+      policy.top_must_be_file = stat(d.c_str(), &st) == 0;  // an existing non-directory
+    }
+  }
+  // The stream is opened here, before ExtractTar changes the working directory (the store root
+  // may be a relative path).
+  ASSIGN_OR_RETURN(int stream, OpenStream(store, src.name));
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    int e = errno;
+    close(stream);
+    return ErrnoError("socketpair", e);
+  }
+  channel::ExecControl control;
+  Result<GuestRun> run = Error(ErrorCode::kInternal, "not run");
+  std::thread guest([&] {
+    run = RunOnStream(stream, {"tar", "-C", gparent, "-cf", "-", gbase}, -1, sv[1], &control);
+    shutdown(sv[1], SHUT_WR);  // the extractor sees the end
+  });
+  Result<transfer::TarStats> copied =
+      dst == "-" ? transfer::FilterTar(sv[0], STDOUT_FILENO, policy)
+                 : transfer::ExtractTar(sv[0], dest_dir, policy);
+  bool aborted = false;
+  if (!copied.ok()) {
+    // Refused (or a write failed): end the guest's tar, and drain what it still sends so the
+    // session can close.
+    control.Abort(SIGTERM);
+    aborted = true;
+  }
+  Drain(sv[0]);
+  guest.join();
+  close(sv[0]);
+  close(sv[1]);
+  if (aborted) return copied.error();
+  if (!run.ok()) {
+    return vm::ExplainEndedSession(store, src.name, lifecycle::Action::kExec, run.error());
+  }
+  if (run->exit.ShellCode() != 0) return GuestTarFailed(*run, "tar -c " + gpath);
+  if (dst != "-") cli.err() << Summary(*copied, "to " + dst);
+  return OkStatus();
+}
+
+Status CopyToGuest(Cli& cli, Store& store, const std::string& src, const Spec& dst) {
+  std::string gpath = GuestPath(StripSlashes(dst.path));
+  // What is at the destination, as dev sees it.
+  const char* probe =
+      "if [ -d \"$1\" ]; then echo dir; elif [ -e \"$1\" ] || [ -L \"$1\" ]; then echo file; "
+      "elif [ -d \"$(dirname \"$1\")\" ]; then echo absent; else echo noparent; fi";
+  ASSIGN_OR_RETURN(GuestRun kind, RunInGuest(store, dst.name, {"sh", "-c", probe, "sh", gpath},
+                                             -1, -1));
+  std::string k = kind.out.substr(0, kind.out.find('\n'));
+  if (kind.exit.ShellCode() != 0 || (k != "dir" && k != "file" && k != "absent" && k != "noparent")) {
+    return GuestTarFailed(kind, "looking at " + gpath);
+  }
+  auto [gparent, gbase] = SplitPath(gpath);
+  if (k == "noparent") {
+    return Error(ErrorCode::kNotFound, "no directory " + gparent + " in " + dst.name,
+                 "create it first (`cloister exec " + dst.name + " -- mkdir -p " + gparent + "`)");
+  }
+  std::vector<std::string> untar = {"tar", "-C", "", "-x", "-o", "-f", "-"};
+  if (src == "-") {
+    if (k != "dir") {
+      return Error(ErrorCode::kInvalidArgument,
+                   "a tar stream on stdin needs an existing directory in the workspace, not " + gpath,
+                   "create it first (`cloister exec " + dst.name + " -- mkdir -p " + gpath + "`)");
+    }
+    untar[2] = gpath;
+    ASSIGN_OR_RETURN(GuestRun run, RunInGuest(store, dst.name, untar, STDIN_FILENO, -1));
+    if (run.exit.ShellCode() != 0) return GuestTarFailed(run, "tar -x into " + gpath);
+    return OkStatus();
+  }
+  std::string hsrc = StripSlashes(src);
+  struct stat st;
+  if (lstat(hsrc.c_str(), &st) != 0) return ErrnoError("cannot read " + hsrc, errno);
+  std::string top;
+  if (k == "dir") {
+    auto [hparent, hbase] = SplitPath(hsrc);
+    if (hbase == "." || hbase == ".." || hbase.empty()) {
+      std::error_code ec;
+      hbase = std::filesystem::canonical(hsrc, ec).filename().string();
+    }
+    RETURN_IF_ERROR(CheckBase(hbase, src));
+    untar[2] = gpath;
+    top = hbase;
+  } else {
+    RETURN_IF_ERROR(CheckBase(gbase, dst.path));
+    if (k == "file" && S_ISDIR(st.st_mode)) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "cannot copy the directory " + hsrc + " onto the file " + gpath + " in " +
+                       dst.name,
+                   "name a directory (or a new path) in the workspace");
+    }
+    untar[2] = gparent;
+    top = gbase;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoError("socketpair", errno);
+  }
+  auto warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
+  Result<transfer::TarStats> written = Error(ErrorCode::kInternal, "not run");
+  std::thread writer([&] {
+    written = transfer::WriteTar(sv[1], hsrc, top, warn);
+    shutdown(sv[1], SHUT_WR);  // the guest's tar sees the end
+  });
+  auto run = RunInGuest(store, dst.name, untar, sv[0], -1);
+  close(sv[0]);  // a writer still sending gets EPIPE (no SIGPIPE: MSG_NOSIGNAL)
+  writer.join();
+  close(sv[1]);
+  if (!written.ok()) return written.error();
+  if (!run.ok()) return run.error();
+  if (run->exit.ShellCode() != 0) return GuestTarFailed(*run, "tar -x into " + untar[2]);
+  cli.err() << Summary(*written, "to " + dst.name + ":" + gpath);
+  return OkStatus();
+}
+
+}  // namespace
+
+void AddCpCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand(
+      "cp", "Copy files and directories between the host and a workspace (NAME:PATH on one side)");
+  struct Opts {
+    std::string src, dst;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("SRC", o->src, "Host path, NAME:PATH, or - (a tar stream on stdin)")->required();
+  cmd->add_option("DST", o->dst, "Host path, NAME:PATH, or - (a tar stream on stdout)")->required();
+  cmd->footer(
+      "Exactly one side is NAME:PATH (relative paths are from /home/dev); the workspace must be "
+      "running. As with docker cp: into an existing directory the source keeps its name, "
+      "otherwise it takes the destination's. Modes and mtimes are kept, symlinks are copied as "
+      "symlinks (never followed). Out of a workspace, entries that would land outside the "
+      "destination or go through a symlink stop the copy; devices, fifos and sockets are "
+      "skipped; setuid bits and owners are not kept.");
+  cmd->callback([&cli, o] {
+    Spec src = ParseSpec(o->src), dst = ParseSpec(o->dst);
+    if (src.remote == dst.remote) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                  src.remote ? "both sides name a workspace"
+                                             : "neither side names a workspace",
+                                  "cloister cp NAME:PATH HOSTPATH, or cloister cp HOSTPATH "
+                                  "NAME:PATH (use ./a:b for a host path with a colon)"));
+    }
+    if ((src.remote && src.path == "-") || (dst.remote && dst.path == "-")) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "`-` is the host side's tar stream",
+                                  "cloister cp NAME:PATH - > out.tar, or cloister cp - NAME:DIR < in.tar"));
+    }
+    // SECURITY: a tar stream out of the guest holds the guest's file bytes: never raw onto the
+    // user's terminal (escape sequences). Nor is a terminal a tar stream to read.
+    if (!dst.remote && dst.path == "-" && isatty(STDOUT_FILENO)) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                  "refusing to write a tar stream to a terminal",
+                                  "redirect it: cloister cp " + o->src + " - > out.tar (or | tar -x)"));
+    }
+    if (!src.remote && src.path == "-" && isatty(STDIN_FILENO)) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                  "refusing to read a tar stream from a terminal",
+                                  "redirect it: cloister cp - " + o->dst + " < in.tar"));
+    }
+    if ((!src.remote && src.path.empty()) || (!dst.remote && dst.path.empty())) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "an empty host path"));
+    }
+    auto store = Store::Open(cli.StoreRoot());
+    if (!store.ok()) return (void)cli.Fail(store.error());
+    cli.out() << std::flush;
+    Status st = src.remote ? CopyFromGuest(cli, **store, src, dst.path)
+                           : CopyToGuest(cli, **store, src.path, dst);
+    if (!st.ok()) return (void)cli.Fail(st.error());
+  });
+}
+
+}  // namespace cloister::cli
