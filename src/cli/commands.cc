@@ -30,6 +30,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshConfirmCommand(app, cli);
   AddEgressCommand(app, cli);
   AddConfigCommand(app, cli);
+  AddUiCommand(app, cli);
 }
 
 }  // namespace cloister::cli

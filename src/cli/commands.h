@@ -32,6 +32,7 @@ void AddSshPolicyCommand(CLI::App& app, Cli& cli);
 void AddSshConfirmCommand(CLI::App& app, Cli& cli);
 void AddEgressCommand(CLI::App& app, Cli& cli);
 void AddConfigCommand(CLI::App& app, Cli& cli);
+void AddUiCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);
