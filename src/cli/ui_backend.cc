@@ -83,6 +83,21 @@ class CliBackend : public ui::Backend {
     }
     return Json(r);
   }
+  std::map<std::string, std::string> ControlSockets() override {
+    if (o_.control_sockets) return o_.control_sockets();
+    std::map<std::string, std::string> out;
+    auto list = ListWorkspaces();
+    auto store = Store::Open(o_.store_root);
+    if (!list.ok() || !list->is_array() || !store.ok()) return out;
+    for (const auto& w : *list) {
+      std::string state = w.value("state", "");
+      std::string name = w.value("name", "");
+      if ((state == "running" || state == "booting") && ui::ValidWorkspaceName(name)) {
+        out[name] = (*store)->Paths(name).supervisor_socket;
+      }
+    }
+    return out;
+  }
 
  private:
   Ran Run(std::vector<std::string> args) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,9 @@ struct UiBackendOptions {
   // Test seam: runs the residue audit (default: `cloister audit residue NAME --json`, which needs
   // the VM running). Browser tests without a VM put a report here.
   std::function<Result<nlohmann::json>(const std::string& name)> run_audit;
+  // Test seam: the control sockets to keep consent listeners on (default: those of the
+  // workspaces `ls --json` shows running or booting).
+  std::function<std::map<std::string, std::string>()> control_sockets;
 };
 
 std::unique_ptr<ui::Backend> MakeUiBackend(UiBackendOptions options);

@@ -6,6 +6,7 @@
 // implementation serialises what must be (the CLI's backend runs one action at a time).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,9 @@ class Backend {
                                   const std::string& checkpoint) = 0;
   // `cloister audit residue NAME --json` (the VM must be running): the report as JSON.
   virtual Result<nlohmann::json> RunAudit(const std::string& name) = 0;
+  // The control sockets of the workspaces that may ask for consent now (running ones), by
+  // workspace: the dashboard keeps a consent listener on each (ui/consent.h).
+  virtual std::map<std::string, std::string> ControlSockets() = 0;
 };
 
 }  // namespace cloister::ui

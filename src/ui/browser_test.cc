@@ -24,6 +24,7 @@
 #include "cli/ui_backend.h"
 #include "proxy/trace.h"
 #include "store/store.h"
+#include "ui/fake_supervisor.h"
 #include "ui/server.h"
 
 namespace cloister::ui {
@@ -162,9 +163,17 @@ TEST_F(BrowserTest, DashboardInChromium) {
   ASSERT_TRUE((*store)->MarkCompromised("alpha", "placeholder of anthropic sent to "
                                                  "collector.evil.example").ok());
 
+  // A running workspace's control socket with one consent question (the supervisor's side of
+  // supervisor/consent.h); alpha is not really running, so the backend is told where it is.
+  testing::FakeSupervisor sup(
+      {R"({"ok":true,"workspace":"alpha","grants":["request","5m","1h","vm","deny"]})",
+       R"({"op":"consent","id":3,"kind":"cred","workspace":"alpha","cred":"github",)"
+       R"("host":"api.github.com","method":"GET","path":"/user/repos","ask":"once",)"
+       R"("grants":["request","5m","1h","vm","deny"],"timeout_s":60})"});
   cli::UiBackendOptions bo;
   bo.store_root = store_;
   bo.run_audit = [](const std::string&) -> Result<json> { return FixtureAudit(); };
+  bo.control_sockets = [&sup] { return std::map<std::string, std::string>{{"alpha", sup.path()}}; };
   auto backend = cli::MakeUiBackend(bo);
   auto server = Server::Start(*backend, ServerOptions{});
   ASSERT_TRUE(server.ok()) << server.error().ToString();
@@ -255,6 +264,18 @@ TEST_F(BrowserTest, DashboardInChromium) {
   EXPECT_EQ(b.Eval("document.querySelectorAll('#audit .disk[data-device=\"/dev/vdb\"] .mark').length"),
             3);
   b.Shot("audit.png");
+
+  // 6b. Consent: the pending question with its grant buttons; "5 minutes" answers it.
+  b.Go(base + "/#/consent");
+  b.Wait("document.querySelector('#consent .question[data-id=\"3\"]') !== null");
+  EXPECT_EQ(b.Eval("document.querySelector('.question .c-request').textContent"),
+            "GET api.github.com/user/repos");
+  EXPECT_EQ(b.Eval("[...document.querySelectorAll('.question button')].map(x => x.dataset.grant)"),
+            json({"request", "5m", "1h", "vm", "deny"}));
+  b.Shot("consent.png");
+  b.Eval("document.querySelector('.question button[data-grant=\"5m\"]').click(), true");
+  b.Wait("document.getElementById('no-consent') !== null");
+  EXPECT_EQ(json::parse(sup.Join()), json({{"id", 3}, {"grant", "5m"}}));
 
   // 7. A cross-site no-CORS fetch and form post from another origin (a page on another loopback
   // port: the same site, so the browser does send the cookie; only the server's checks stand in

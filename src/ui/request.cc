@@ -173,6 +173,10 @@ Result<Route> ParseRoute(std::string_view method, std::string_view target) {
     if (get) r.kind = RouteKind::kLeaks;
     return r;
   }
+  if (path == "/api/consent") {
+    if (get) r.kind = RouteKind::kConsent;
+    return r;
+  }
   std::string_view rest;
   if (!Split(path, "/api/workspaces/", rest)) return r;
   size_t slash = rest.find('/');
@@ -196,6 +200,16 @@ Result<Route> ParseRoute(std::string_view method, std::string_view target) {
     r.kind = RouteKind::kConfirm;
   } else if (sub == "/audit") {
     if (get || post) r.kind = RouteKind::kAudit;
+  } else if (std::string_view id; Split(sub, "/consent/", id)) {
+    if (!post) return r;
+    if (id.empty() || id.size() > 18) return Bad("invalid consent question id");
+    int64_t n = 0;
+    for (char c : id) {
+      if (c < '0' || c > '9') return Bad("invalid consent question id");
+      n = n * 10 + (c - '0');
+    }
+    r.consent_id = n;
+    r.kind = RouteKind::kConsentAnswer;
   } else if (std::string_view verb; Split(sub, "/actions/", verb)) {
     if (!post) return r;
     auto a = ParseAction(verb);
@@ -249,6 +263,13 @@ Result<ActionBody> ParseActionBody(std::string_view body) {
       if (!it->is_string()) return Bad("checkpoint is not a string");
       b.checkpoint = it->get<std::string>();
       if (!ValidCheckpointId(b.checkpoint)) return Bad("invalid checkpoint id");
+    } else if (it.key() == "grant") {
+      if (!it->is_string()) return Bad("grant is not a string");
+      b.grant = it->get<std::string>();
+      if (b.grant != "request" && b.grant != "5m" && b.grant != "1h" && b.grant != "vm" &&
+          b.grant != "deny") {
+        return Bad("grant must be request, 5m, 1h, vm or deny");
+      }
     } else {
       return Bad("unknown field '" + it.key().substr(0, 64) + "' in action body");
     }

@@ -54,6 +54,8 @@ enum class RouteKind {
   kAction,       // POST /api/workspaces/NAME/actions/VERB
   kAudit,        // GET (last) or POST (run) /api/workspaces/NAME/audit
   kLeaks,        // GET /api/leaks
+  kConsent,      // GET /api/consent                          -> the open consent questions
+  kConsentAnswer,// POST /api/workspaces/NAME/consent/ID       {"grant": "5m"}
 };
 
 struct Route {
@@ -61,6 +63,7 @@ struct Route {
   std::string name;   // workspace (validated: ValidWorkspaceName)
   std::string asset;  // kAsset: the file name
   Action action = Action::kStart;
+  int64_t consent_id = -1;  // kConsentAnswer
   std::map<std::string, std::string> query;  // decoded, bounded
 };
 
@@ -88,11 +91,12 @@ bool IsLoopbackHost(std::string_view host, uint16_t port);
 // [::1]). "null", other ports, other hosts and https are foreign.
 bool IsOwnOrigin(std::string_view origin, uint16_t port);
 
-// An action's JSON body: {"confirm": bool, "checkpoint": "ID"} (both optional). Bounded; any other
-// key or type is kInvalidArgument.
+// An action's JSON body: {"confirm": bool, "checkpoint": "ID", "grant": "5m"} (all optional).
+// Bounded; any other key or type, or a grant outside request|5m|1h|vm|deny, is kInvalidArgument.
 struct ActionBody {
   bool confirm = false;
   std::string checkpoint;
+  std::string grant;
 };
 Result<ActionBody> ParseActionBody(std::string_view body);
 

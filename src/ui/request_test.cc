@@ -24,6 +24,8 @@ TEST(ParseRouteTest, Routes) {
       {"POST", "/api/workspaces/ws/actions/wipe", RouteKind::kAction, "ws"},
       {"POST", "/api/workspaces/ws/audit", RouteKind::kAudit, "ws"},
       {"GET", "/api/leaks", RouteKind::kLeaks, ""},
+      {"GET", "/api/consent", RouteKind::kConsent, ""},
+      {"POST", "/api/workspaces/ws/consent/7", RouteKind::kConsentAnswer, "ws"},
       // Wrong method or unknown path: not found (never a different route).
       {"POST", "/api/workspaces", RouteKind::kNotFound, ""},
       {"GET", "/api/workspaces/ws/actions/wipe", RouteKind::kNotFound, "ws"},
@@ -45,8 +47,13 @@ TEST(ParseRouteTest, RefusesMalformed) {
   for (const char* t : {"/api/workspaces/../etc", "/api/workspaces/UPPER", "/api/workspaces/a%2fb",
                         "/api/workspaces/.hidden", "/?a=%zz", "/?a=%4", "/?a=%00", "relative",
                         "/api/workspaces/ws/actions/format", "/?a=1&a=2",
-                        "/api/workspaces/ws/confirm", "/api/workspaces/ws/confirm?action=nuke"}) {
-    std::string method = std::string(t).find("/actions/") != std::string::npos ? "POST" : "GET";
+                        "/api/workspaces/ws/confirm", "/api/workspaces/ws/confirm?action=nuke",
+                        "/api/workspaces/ws/consent/x7", "/api/workspaces/ws/consent/",
+                        "/api/workspaces/ws/consent/1234567890123456789"}) {
+    std::string method = std::string(t).find("/actions/") != std::string::npos ||
+                                 std::string(t).find("/consent/") != std::string::npos
+                             ? "POST"
+                             : "GET";
     EXPECT_FALSE(ParseRoute(method, t).ok()) << t;
   }
   EXPECT_FALSE(ParseRoute("GET", "/" + std::string(kMaxTargetBytes, 'a')).ok());
@@ -91,7 +98,8 @@ TEST(ActionBodyTest, BoundedAndStrict) {
   EXPECT_TRUE(b->confirm);
   EXPECT_EQ(b->checkpoint, "20260101T000000Z");
   for (const char* bad : {"[]", "{\"confirm\":\"yes\"}", "{\"checkpoint\":\"../x\"}",
-                          "{\"other\":1}", "not json", "{\"confirm\":true"}) {
+                          "{\"other\":1}", "not json", "{\"confirm\":true",
+                          "{\"grant\":\"forever\"}", "{\"grant\":5}"}) {
     EXPECT_FALSE(ParseActionBody(bad).ok()) << bad;
   }
   EXPECT_FALSE(ParseActionBody(std::string(kMaxBodyBytes + 1, ' ')).ok());

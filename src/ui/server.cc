@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 
 #include "ui/assets.h"
+#include "ui/consent.h"
 #include "ui/request.h"
 #include "ui/traffic.h"
 
@@ -69,6 +70,9 @@ struct Server::Impl {
   // Last audit report per workspace (memory only; the page shows it until the next run).
   std::mutex audit_mu;
   std::map<std::string, nlohmann::json> audits;
+
+  // Consent listeners on the running workspaces (started last, stopped first).
+  std::unique_ptr<ConsentDesk> desk;
 
   Impl(Backend& b, ServerOptions o) : backend(b), options(o) {}
 
@@ -300,6 +304,22 @@ bool Server::Impl::Handle(const Request& req, Response& res, std::string& live_n
       Json(res, http::status::ok, *report);
       return false;
     }
+    case RouteKind::kConsent:
+      Json(res, http::status::ok, desk->Pending());
+      return false;
+    case RouteKind::kConsentAnswer: {
+      auto body = ParseActionBody(req.body());
+      if (!body.ok()) return Fail(res, body.error()), false;
+      if (body->grant.empty()) {
+        return Fail(res, Error(ErrorCode::kInvalidArgument, "answer needs a grant")), false;
+      }
+      Status s = desk->Answer(route->name, route->consent_id, body->grant);
+      if (!s.ok()) return Fail(res, s.error()), false;
+      Json(res, http::status::ok, {{"ok", true}, {"message", route->name + ": " + body->grant +
+                                                                 " given to question " +
+                                                                 std::to_string(route->consent_id)}});
+      return false;
+    }
     case RouteKind::kLeaks: {
       auto list = backend.ListWorkspaces();
       if (!list.ok()) return Fail(res, list.error()), false;
@@ -434,6 +454,7 @@ Result<std::unique_ptr<Server>> Server::Start(Backend& backend, ServerOptions op
                  options.port ? "pick another --port, or omit it for a random one" : "");
   }
   impl->port = impl->acceptor.local_endpoint().port();
+  impl->desk = std::make_unique<ConsentDesk>([&backend] { return backend.ControlSockets(); });
   Impl* raw = impl.get();
   impl->accept_thread = std::thread([raw] { raw->AcceptLoop(); });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
@@ -472,6 +493,8 @@ void Server::Stop() {
   impl_->acceptor.close(ec);
   std::unique_lock<std::mutex> l(impl_->mu);
   impl_->cv.wait(l, [this] { return impl_->threads == 0; });
+  l.unlock();
+  impl_->desk.reset();  // no request thread is left to use it
 }
 
 }  // namespace cloister::ui

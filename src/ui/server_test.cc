@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdlib>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/trace.h"
+#include "ui/fake_supervisor.h"
 
 namespace cloister::ui {
 namespace {
@@ -50,6 +52,12 @@ class FakeBackend : public Backend {
   Result<nlohmann::json> RunAudit(const std::string&) override {
     return nlohmann::json{{"disks", nlohmann::json::array()}};
   }
+  std::map<std::string, std::string> ControlSockets() override {
+    std::lock_guard<std::mutex> l(mu);
+    return sockets;
+  }
+  std::mutex mu;
+  std::map<std::string, std::string> sockets;
 };
 
 struct Reply {
@@ -274,6 +282,36 @@ TEST_F(ServerTest, TrafficAndLiveTail) {
   }
   EXPECT_NE(got.find("text/event-stream"), std::string::npos);
   EXPECT_EQ(got.find("first.example"), std::string::npos) << got;
+}
+
+TEST_F(ServerTest, ConsentQuestionAnsweredThroughTheApi) {
+  testing::FakeSupervisor sup(
+      {R"({"ok":true})", R"({"op":"consent","id":7,"kind":"cred","cred":"github",)"
+                         R"("host":"api.github.com","method":"GET","path":"/user","ask":"once",)"
+                         R"("grants":["request","5m","1h","vm","deny"],"timeout_s":60})"});
+  {
+    std::lock_guard<std::mutex> l(backend_.mu);
+    backend_.sockets = {{"alpha", sup.path()}};
+  }
+  std::string cookie = Cookie();
+  std::string csrf = Csrf(cookie);
+  nlohmann::json pending;
+  for (int i = 0; i < 600 && pending.empty(); ++i) {  // the desk rescans every second
+    Reply r = Send(http::verb::get, "/api/consent", {{"Cookie", cookie}});
+    ASSERT_EQ(r.status, 200);
+    pending = nlohmann::json::parse(r.res.body());
+    if (pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0]["cred"], "github");
+  // Without the CSRF token, or with a grant outside the set: refused, nothing sent.
+  EXPECT_EQ(Post("/api/workspaces/alpha/consent/7", cookie, "", R"({"grant":"5m"})").status, 403);
+  EXPECT_EQ(Post("/api/workspaces/alpha/consent/7", cookie, csrf, R"({"grant":"forever"})").status,
+            400);
+  EXPECT_EQ(Post("/api/workspaces/alpha/consent/8", cookie, csrf, R"({"grant":"5m"})").status, 404);
+  Reply ok = Post("/api/workspaces/alpha/consent/7", cookie, csrf, R"({"grant":"5m"})");
+  EXPECT_EQ(ok.status, 200) << ok.res.body();
+  EXPECT_EQ(nlohmann::json::parse(sup.Join()), nlohmann::json({{"id", 7}, {"grant", "5m"}}));
 }
 
 }  // namespace

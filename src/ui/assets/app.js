@@ -52,7 +52,7 @@ async function api(path, opts) {
 
 function show(...nodes) {
   const v = document.getElementById('view');
-  v.replaceChildren(...nodes);
+  v.replaceChildren(...nodes.filter(n => n !== null && n !== undefined));
 }
 
 // The CLI's confirmation, then the action. Resolves to true when the action ran.
@@ -281,6 +281,38 @@ async function viewAudit(name) {
               : el('p', {id: 'no-audit'}, 'No audit run yet from this dashboard.'));
 }
 
+const grantLabels = {request: 'This request', '5m': '5 minutes', '1h': '1 hour',
+                     vm: 'Until the VM stops', deny: 'Deny'};
+let consentTimer = null;
+
+async function answer(q, grant) {
+  try {
+    const r = await api('/api/workspaces/' + encodeURIComponent(q.workspace) + '/consent/' + q.id, {
+      method: 'POST', headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf},
+      body: JSON.stringify({grant})});
+    say(r.message);
+  } catch (e) { say('consent: ' + e.message, true); }
+  route();
+}
+
+async function viewConsent() {
+  const pending = await api('/api/consent');
+  const cards = pending.map(q => el('section', {class: 'question', 'data-id': q.id, 'data-workspace': q.workspace},
+    el('h3', {}, q.workspace + ' asks to use ', el('span', {class: 'c-cred'}, q.cred)),
+    el('p', {class: 'c-request'}, q.kind === 'ssh' ? q.request + ' ' + q.fingerprint
+                                                   : q.method + ' ' + q.host + q.path),
+    el('p', {class: 'small'}, 'ask ' + q.ask + '; refused after ' + q.timeout_s + ' s without an answer'),
+    el('div', {class: 'buttons-left'}, ...q.grants.map(g =>
+      el('button', {type: 'button', 'data-grant': g, class: g === 'deny' ? 'danger' : '',
+                    onclick: () => answer(q, g)}, grantLabels[g] || g)))));
+  show(el('h2', {}, 'Consent'),
+       el('p', {}, 'Credentials set to ask (cloister cred policy NAME CRED --ask once|always) wait here, and in `cloister approve NAME`, for a decision. No answer in time: refused.'),
+       el('div', {id: 'consent'}, ...cards),
+       pending.length ? null : el('p', {id: 'no-consent'}, 'Nothing is waiting for a decision.'));
+  clearTimeout(consentTimer);
+  consentTimer = setTimeout(() => { if (location.hash === '#/consent') route(); }, 1000);
+}
+
 async function route() {
   if (live && !location.hash.startsWith('#/traffic/')) { live.close(); live = null; }
   const h = decodeURIComponent(location.hash.replace(/^#/, '')) || '/';
@@ -290,6 +322,7 @@ async function route() {
     else if (parts[1] === 'traffic' && parts[2]) await viewTraffic(parts[2]);
     else if (parts[1] === 'audit' && parts[2]) await viewAudit(parts[2]);
     else if (parts[1] === 'leaks') await viewLeaks();
+    else if (parts[1] === 'consent') await viewConsent();
     else await viewWorkspaces();
     document.body.dataset.view = parts[1] || 'workspaces';
   } catch (e) {
