@@ -316,5 +316,46 @@ TEST_F(BrowserTest, DashboardInChromium) {
   EXPECT_TRUE(after["checkpoints"].empty()) << after.dump();
 }
 
+// The verb itself: `cloister ui --json` prints a URL on 127.0.0.1 with a token, serves it (the
+// token buys the cookie, a missing one gets 401), and exits 0 on SIGTERM.
+TEST_F(BrowserTest, UiVerbPrintsUrlServesAndStops) {
+  ASSERT_EQ(Create("alpha").code, 0);
+  std::string exe = std::string(std::getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(exe.c_str(), exe.c_str(), "--store", store_.c_str(), "ui", "--json", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char* line = nullptr;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, f);
+  std::string first = n > 0 ? std::string(line, n) : "";
+  free(line);
+  json j = json::parse(first, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << first;
+  std::string url = j["url"];
+  std::string prefix = "http://127.0.0.1:" + std::to_string(j["port"].get<int>()) + "/?token=";
+  ASSERT_EQ(url.rfind(prefix, 0), 0u) << url;
+  EXPECT_EQ(url.size(), prefix.size() + 64) << "a 32-byte token";
+  auto curl = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"});
+    auto r = RunProcess(args);
+    return r.ok() ? r->out : std::string("curl failed");
+  };
+  std::string root = url.substr(0, url.find("/?token="));
+  EXPECT_EQ(curl({root + "/api/workspaces"}), "401");
+  EXPECT_EQ(curl({url}), "303");
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fclose(f);
+}
+
 }  // namespace
 }  // namespace cloister::ui

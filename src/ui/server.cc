@@ -415,7 +415,10 @@ void Server::Impl::AcceptLoop() {
     tcp::socket sock(io);
     acceptor.accept(sock, ec);
     if (Stopping()) return;
-    if (ec) continue;
+    if (ec) {  // EMFILE and the like: do not spin
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     std::unique_lock<std::mutex> l(mu);
     if (threads >= options.max_connections) {
       l.unlock();
