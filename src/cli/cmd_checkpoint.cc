@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/disposal_prompts.h"
 #include "cli/store_verbs.h"
 
 namespace cloister::cli {
@@ -79,9 +80,7 @@ void AddCheckpointCommand(CLI::App& app, Cli& cli) {
     sub->callback([&cli, open, name, id, yes, restore] {
       auto store = open();
       if (!store) return;
-      std::string q = restore ? "Restore workspace '" + *name + "' to checkpoint " + *id +
-                                    "? Every change to its system disk and home since is lost."
-                              : "Delete checkpoint " + *id + " of workspace '" + *name + "'?";
+      std::string q = restore ? RestorePrompt(*name, *id) : RemoveCheckpointPrompt(*name, *id);
       Status ok = cli.Confirm(q, *yes);
       if (!ok.ok()) {
         cli.Fail(ok.error());

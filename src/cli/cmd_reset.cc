@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/disposal_prompts.h"
 #include "cli/store_verbs.h"
 
 namespace cloister::cli {
@@ -8,12 +9,7 @@ void AddResetCommand(CLI::App& app, Cli& cli) {
       app, cli, "reset",
       "Drop the system disk; the next start clones the base image again. Home, checkpoints, "
       "settings, credentials and keys are kept",
-      [](const WorkspaceConfig& c) {
-        return "Reset workspace '" + c.name +
-               "' to its base image? Its system disk is dropped: everything installed "
-               "system-wide and every edit to /etc, /var, /usr and /opt is lost. Home, "
-               "checkpoints, settings, credentials and keys are kept.";
-      },
+      ResetPrompt,
       [](Store& s, const std::string& n) { return s.Reset(n); },
       "Reset '%s': the system disk will be cloned from the base image at the next start.");
 }

@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/disposal_prompts.h"
 #include "cli/store_verbs.h"
 
 namespace cloister::cli {
@@ -8,12 +9,7 @@ void AddRmCommand(CLI::App& app, Cli& cli) {
       app, cli, "rm",
       "Delete a workspace and everything it owns: both images, every checkpoint, the secrets "
       "file, host-side SSH material, and its MAC reservation",
-      [](const WorkspaceConfig& c) {
-        return "Delete workspace '" + c.name + "' and everything it owns: system disk, home, " +
-               CountNoun(c.checkpoints.size(), "checkpoint") +
-               ", secrets file, SSH material, and its MAC reservation? Host folders shared "
-               "with -v are not touched.";
-      },
+      RmPrompt,
       [](Store& s, const std::string& n) { return s.Remove(n); }, "Deleted '%s'.");
 }
 

@@ -1,6 +1,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/disposal_prompts.h"
 #include "cli/store_verbs.h"
 #include "lifecycle/lifecycle.h"
 #include "supervisor/launcher.h"
@@ -13,14 +14,7 @@ void AddWipeCommand(CLI::App& app, Cli& cli) {
       "Drop the system disk and home together (and every checkpoint), clearing the compromised "
       "flag, and regenerate the workspace SSH key. Settings and credentials are kept; -v host "
       "folders are never touched",
-      [](const WorkspaceConfig& c) {
-        return "Wipe workspace '" + c.name + "'? Its system disk and home are dropped with " +
-               CountNoun(c.checkpoints.size(), "checkpoint") +
-               "; the next start boots the base image with an empty home, and the workspace "
-               "SSH key is regenerated (add the new one where the old was authorised). "
-               "Settings and credentials are kept; host folders shared with -v are not "
-               "touched.";
-      },
+      WipePrompt,
       [](Store& s, const std::string& n) -> Status {
         // The lifecycle table lets a wipe go on a live VM only when it is paused (frozen by the
         // compromise detector; `cloister wipe` is the fix the refusals name): stop it first, a

@@ -35,6 +35,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddRemoteCommand(app, cli);
   AddCpCommand(app, cli);
   AddLogsCommand(app, cli);
+  AddUiCommand(app, cli);
   AddCompletionCommand(app, cli);
 }
 

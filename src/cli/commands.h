@@ -37,6 +37,7 @@ void AddContextCommand(CLI::App& app, Cli& cli);
 void AddRemoteCommand(CLI::App& app, Cli& cli);
 void AddCpCommand(CLI::App& app, Cli& cli);
 void AddLogsCommand(CLI::App& app, Cli& cli);
+void AddUiCommand(CLI::App& app, Cli& cli);
 // Last: it walks the tree the others built (and adds the hidden `_complete-names`).
 void AddCompletionCommand(CLI::App& app, Cli& cli);
 

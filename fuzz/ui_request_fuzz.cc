@@ -1,0 +1,37 @@
+// Fuzz target: the dashboard's own parsers (src/ui/request.h, src/ui/traffic.h): request target
+// routing and query decoding, the Cookie header, Host/Origin checks, the JSON action body, the
+// traffic filter, and trace.jsonl lines (guest-influenced text) as the live view reads them.
+// SECURITY: the first five run on bytes any web page can make the browser send; the trace lines
+// carry guest-chosen hosts and paths.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ui/request.h"
+#include "ui/traffic.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace cloister::ui;
+  std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  TrafficFilter filter;  // the default, unless the bytes parse as a traffic route
+  for (std::string_view method : {"GET", "POST"}) {
+    auto route = ParseRoute(method, bytes);
+    if (!route.ok()) continue;
+    auto f = ParseTrafficFilter(route->query);
+    if (f.ok()) filter = *f;
+  }
+  TraceChunk c = ParseTraceLines(bytes, 0);
+  for (const auto& r : c.records) {
+    (void)filter.Matches(r);
+    (void)Dump(RecordJson(r));
+  }
+  (void)Dump(LeakRows({{"name", "w"}, {"state", "paused"}, {"compromised", true}}, c.records));
+  (void)CookieValue(bytes, "cloister_ui");
+  (void)IsLoopbackHost(bytes, 8080);
+  (void)IsOwnOrigin(bytes, 8080);
+  (void)ParseActionBody(bytes);
+  (void)ParseQuery(bytes);
+  (void)SecretEquals(bytes, "0123456789abcdef");
+  return 0;
+}

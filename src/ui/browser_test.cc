@@ -1,0 +1,361 @@
+// The dashboard in a real browser: Debian's chromium, headless, driven over the DevTools protocol
+// (testdata/cdp.py, CDP over --remote-debugging-pipe) against `cloister ui`'s server and the CLI's
+// backend on a real store (sparse workspaces, no VM). It checks that the list matches `ls --json`,
+// that a trace line the proxy's writer appends shows up in the live traffic view, that a tripped
+// placeholder is in the leaks view, that wipe asks with the CLI's text and then wipes, and that a
+// page without the token, and a cross-site form post from another origin, are refused. It writes
+// a screenshot of each view into docs/ui/ (CLOISTER_UI_SCREENSHOTS=0 skips that).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "audit/report.h"
+#include "base/subprocess.h"
+#include "cli/disposal_prompts.h"
+#include "cli/testing.h"
+#include "cli/ui_backend.h"
+#include "proxy/trace.h"
+#include "store/store.h"
+#include "ui/fake_supervisor.h"
+#include "ui/server.h"
+
+namespace cloister::ui {
+namespace {
+
+using json = nlohmann::json;
+
+// testdata/cdp.py as a child: one JSON command per line in, one answer per line out.
+class Browser {
+ public:
+  bool Start(const std::string& script) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      execlp("python3", "python3", script.c_str(), nullptr);
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+    return Read().value("ready", false);
+  }
+  ~Browser() {
+    if (to_) {
+      fputs("{\"op\":\"quit\"}\n", to_);
+      fclose(to_);
+    }
+    if (from_) fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  json Call(const json& cmd) {
+    std::string line = cmd.dump() + "\n";
+    fputs(line.c_str(), to_);
+    fflush(to_);
+    return Read();
+  }
+  json Eval(const std::string& expr) {
+    json r = Call({{"op", "eval"}, {"expr", expr}});
+    EXPECT_TRUE(r.value("ok", false)) << expr << ": " << r.dump();
+    return r.value("value", json());
+  }
+  // Waits (bounded: the machine is shared) until `expr` is truthy in the page.
+  json Wait(const std::string& expr, int seconds = 60) {
+    json r = Call({{"op", "wait"}, {"expr", expr}, {"timeout", seconds}});
+    EXPECT_TRUE(r.value("ok", false)) << r.dump();
+    return r.value("value", json());
+  }
+  void Go(const std::string& url) { EXPECT_TRUE(Call({{"op", "navigate"}, {"url", url}})["ok"]); }
+  void Shot(const std::string& name) {
+    const char* want = std::getenv("CLOISTER_UI_SCREENSHOTS");
+    if (want && std::string(want) == "0") return;
+    std::string path = std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/docs/ui/" + name;
+    EXPECT_TRUE(Call({{"op", "screenshot"}, {"path", path}})["ok"]) << path;
+  }
+
+ private:
+  json Read() {
+    char* line = nullptr;
+    size_t cap = 0;
+    ssize_t n = from_ ? getline(&line, &cap, from_) : -1;
+    std::string s = n > 0 ? std::string(line, n) : "";
+    free(line);
+    json j = json::parse(s, nullptr, false);
+    return j.is_object() ? j : json{{"ok", false}, {"error", "driver said: " + s}};
+  }
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+// An audit report as `cloister audit residue --json` prints it: a clean system disk and a home
+// with foreign regions (the picture needs both).
+json FixtureAudit() {
+  audit::AuditReport r;
+  for (int i = 0; i < 2; ++i) {
+    audit::DiskReport d;
+    d.device = i ? "/dev/vdb" : "/dev/vda";
+    d.mountpoint = i ? "/home/dev" : "/";
+    d.device_bytes = uint64_t{1} << 30;
+    d.block_size = 4096;
+    d.free_regions = 4000;
+    d.probed_regions = 1024;
+    d.bytes.probe = 1024 * 4096;
+    d.bytes.zero = 1024 * 56 * 1024;
+    d.bytes.base_image = i ? 0 : 1024 * 4 * 1024;
+    if (i) {
+      d.bytes.foreign = 3 * 60 * 1024;
+      d.foreign_regions = {64 << 20, 300 << 20, 700 << 20};
+    }
+    r.disks.push_back(d);
+  }
+  return audit::ReportToJson(r);
+}
+
+class BrowserTest : public cli::testing::SparseBaseTest {};
+
+TEST_F(BrowserTest, DashboardInChromium) {
+  if (!ProgramExists("chromium")) GTEST_SKIP() << "no chromium (scripts/install-deps.sh test)";
+  ASSERT_EQ(Create("alpha").code, 0);
+  ASSERT_EQ(Create("beta").code, 0);
+  ASSERT_EQ(Run({"checkpoint", "create", "alpha"}).code, 0);
+  auto store = Store::Open(store_);
+  ASSERT_TRUE(store.ok());
+  const std::string trace = (*store)->Paths("alpha").trace_log;
+
+  // The proxy's own trace writer: a swap, a refusal, a tripped placeholder (blocked with 451), and
+  // a guest-chosen host that is markup.
+  auto sink = proxy::TraceSink::Open(trace);
+  ASSERT_TRUE(sink.ok());
+  auto rec = [](std::string host, std::string method, int status) {
+    proxy::TraceRecord r;
+    r.time_ms = 1764590000000;
+    r.host = std::move(host);
+    r.method = std::move(method);
+    r.path = "/v1/messages";
+    r.status = status;
+    r.bytes_up = 812;
+    r.bytes_down = 20480;
+    return r;
+  };
+  proxy::TraceRecord ok = rec("api.anthropic.com", "POST", 200);
+  ok.swaps = {"anthropic"};
+  (*sink)->Write(ok);
+  proxy::TraceRecord refused = rec("pypi.example.org", "GET", 403);
+  refused.error = "egress policy: pypi.example.org is not in the allow list";
+  (*sink)->Write(refused);
+  proxy::TraceRecord leak = rec("collector.evil.example", "POST", 451);
+  leak.blocked = true;
+  leak.leaks = {{"anthropic", "header:x-api-key", "raw", "blocked"}};
+  (*sink)->Write(leak);
+  (*sink)->Write(rec("<img src=x id=pwned onerror=alert(1)>.example", "GET", 200));
+  ASSERT_TRUE((*store)->MarkCompromised("alpha", "placeholder of anthropic sent to "
+                                                 "collector.evil.example").ok());
+
+  // A running workspace's control socket with one consent question (the supervisor's side of
+  // supervisor/consent.h); alpha is not really running, so the backend is told where it is.
+  testing::FakeSupervisor sup(
+      {R"({"ok":true,"workspace":"alpha","grants":["request","5m","1h","vm","deny"]})",
+       R"({"op":"consent","id":3,"kind":"cred","workspace":"alpha","cred":"github",)"
+       R"("host":"api.github.com","method":"GET","path":"/user/repos","ask":"once",)"
+       R"("grants":["request","5m","1h","vm","deny"],"timeout_s":60})"});
+  cli::UiBackendOptions bo;
+  bo.store_root = store_;
+  bo.run_audit = [](const std::string&) -> Result<json> { return FixtureAudit(); };
+  bo.control_sockets = [&sup] { return std::map<std::string, std::string>{{"alpha", sup.path()}}; };
+  auto backend = cli::MakeUiBackend(bo);
+  auto server = Server::Start(*backend, ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  const std::string base = "http://127.0.0.1:" + std::to_string((*server)->port());
+
+  Browser b;
+  ASSERT_TRUE(b.Start(std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/src/ui/testdata/cdp.py"))
+      << "chromium did not start under the CDP driver";
+
+  // 1. Without the token: refused, nothing of the page.
+  b.Go(base + "/");
+  b.Wait("document.readyState === 'complete' && document.body !== null");
+  std::string text = b.Eval("document.body.innerText");
+  EXPECT_NE(text.find("no session"), std::string::npos) << text;
+  EXPECT_EQ(b.Eval("document.querySelector('#view')"), json()) << "the page was served";
+
+  // 2. With it: the workspaces view, which matches `ls --json`.
+  b.Go((*server)->Url());
+  b.Wait("document.querySelectorAll('#workspaces tbody tr').length === 2");
+  EXPECT_EQ(b.Eval("location.href"), base + "/") << "the token is dropped from the address";
+  json rows = b.Eval(
+      "[...document.querySelectorAll('#workspaces tbody tr')].map(r => ({name: r.dataset.name,"
+      " state: r.querySelector('.c-state').textContent,"
+      " image: r.querySelector('.c-image').textContent,"
+      " checkpoints: Number(r.querySelector('.c-checkpoints').textContent),"
+      " compromised: r.querySelector('.c-compromised').textContent !== 'no'}))");
+  json ls = Run({"ls", "--json"}).json();
+  ASSERT_TRUE(ls.is_array());
+  ASSERT_EQ(rows.size(), ls.size()) << rows.dump();
+  for (size_t i = 0; i < ls.size(); ++i) {
+    EXPECT_EQ(rows[i]["name"], ls[i]["name"]);
+    EXPECT_EQ(rows[i]["state"], ls[i]["state"]);
+    EXPECT_EQ(rows[i]["image"], ls[i]["image"]);
+    EXPECT_EQ(rows[i]["checkpoints"], ls[i]["checkpoints"]);
+    EXPECT_EQ(rows[i]["compromised"], ls[i]["compromised"]);
+  }
+  b.Shot("workspaces.png");
+
+  // 3. One workspace: disks, checkpoints, the compromised flag with its fix.
+  b.Go(base + "/#/ws/alpha");
+  b.Wait("document.querySelectorAll('#checkpoints tbody tr').length === 1");
+  EXPECT_NE(b.Eval("document.querySelector('#compromised').textContent").get<std::string>().find(
+                "cloister wipe alpha"),
+            std::string::npos);
+  b.Shot("workspace.png");
+
+  // 4. Traffic, live: a line the proxy's writer appends now appears without a reload.
+  b.Go(base + "/#/traffic/alpha");
+  b.Wait("document.querySelectorAll('#traffic tbody tr').length === 4");
+  // The markup host is text, not an element (textContent only; the CSP would stop the script).
+  EXPECT_EQ(b.Eval("document.getElementById('pwned')"), json());
+  EXPECT_EQ(b.Eval("[...document.querySelectorAll('#traffic .c-host')].some(td => "
+                   "td.textContent.startsWith('<img'))"),
+            true);
+  proxy::TraceRecord live = rec("live.example.test", "GET", 204);
+  live.time_ms = 1764590060000;
+  (*sink)->Write(live);
+  b.Wait("document.querySelector('#traffic tr[data-host=\"live.example.test\"]') !== null");
+  EXPECT_EQ(b.Eval("document.querySelectorAll('#traffic tbody tr').length"), 5);
+  b.Shot("traffic.png");
+  // Filtered: refusals only, with their reason.
+  b.Eval("(() => { const s = document.getElementById('f-only'); s.value = 'refused';"
+         " s.dispatchEvent(new Event('change')); return true; })()");
+  b.Wait("document.getElementById('f-only') && document.getElementById('f-only').value === "
+         "'refused' && document.querySelectorAll('#traffic tbody tr').length === 2");
+  std::string notes = b.Eval("[...document.querySelectorAll('#traffic .c-notes')].map(t => "
+                             "t.textContent).join('|')");
+  EXPECT_NE(notes.find("egress policy: pypi.example.org is not in the allow list"),
+            std::string::npos) << notes;
+  b.Shot("traffic-refused.png");
+
+  // 5. Leaks: which credential, to which host, and what happened next.
+  b.Go(base + "/#/leaks");
+  b.Wait("document.querySelector('#leaks tr[data-credential=\"anthropic\"]') !== null");
+  json leakrow = b.Eval(
+      "(() => { const r = document.querySelector('#leaks tr[data-credential=\"anthropic\"]');"
+      " return {host: r.querySelector('.c-host').textContent,"
+      " next: r.querySelector('.c-next').textContent}; })()");
+  EXPECT_EQ(leakrow["host"], "collector.evil.example");
+  EXPECT_EQ(leakrow["next"], "refused with 451; wipe required");
+  b.Shot("leaks.png");
+
+  // 6. The residue audit's picture per disk.
+  b.Go(base + "/#/audit/alpha");
+  b.Wait("document.getElementById('run-audit') !== null");
+  b.Eval("document.getElementById('run-audit').click(), true");
+  b.Wait("document.querySelectorAll('#audit .disk').length === 2");
+  EXPECT_EQ(b.Eval("document.querySelectorAll('#audit .disk[data-device=\"/dev/vdb\"] .mark').length"),
+            3);
+  b.Shot("audit.png");
+
+  // 6b. Consent: the pending question with its grant buttons; "5 minutes" answers it.
+  b.Go(base + "/#/consent");
+  b.Wait("document.querySelector('#consent .question[data-id=\"3\"]') !== null");
+  EXPECT_EQ(b.Eval("document.querySelector('.question .c-request').textContent"),
+            "GET api.github.com/user/repos");
+  EXPECT_EQ(b.Eval("[...document.querySelectorAll('.question button')].map(x => x.dataset.grant)"),
+            json({"request", "5m", "1h", "vm", "deny"}));
+  b.Shot("consent.png");
+  b.Eval("document.querySelector('.question button[data-grant=\"5m\"]').click(), true");
+  b.Wait("document.getElementById('no-consent') !== null");
+  EXPECT_EQ(json::parse(sup.Join()), json({{"id", 3}, {"grant", "5m"}}));
+
+  // 7. A cross-site no-CORS fetch and form post from another origin (a page on another loopback
+  // port: the same site, so the browser does send the cookie; only the server's checks stand in
+  // the way). The fetch's body is exactly what rm needs.
+  std::string evil =
+      "<form id=f method=post enctype=text/plain action=\"" + base +
+      "/api/workspaces/beta/actions/rm\"><input name='{\"confirm\":true,\"x\":\"' value='\"}'>"
+      "</form><script>fetch('" + base + "/api/workspaces/beta/actions/rm', {method: 'POST', "
+      "mode: 'no-cors', credentials: 'include', body: '{\"confirm\":true}'})"
+      ".finally(() => document.getElementById('f').submit())</script>";
+  json served = b.Call({{"op", "serve"}, {"html", evil}});
+  ASSERT_TRUE(served["ok"]);
+  b.Go("http://127.0.0.1:" + std::to_string(served["port"].get<int>()) + "/");
+  b.Wait("location.href.startsWith('" + base + "') && document.readyState === 'complete'");
+  text = b.Eval("document.body.innerText");
+  EXPECT_NE(text.find("refused"), std::string::npos) << text;
+  EXPECT_EQ(Run({"describe", "beta", "--json"}).code, 0) << "the cross-site post removed beta";
+
+  // 8. Wipe through the page: it asks with the CLI's text, cancel keeps everything, yes wipes.
+  b.Go(base + "/#/ws/alpha");
+  b.Wait("document.querySelector('#view button[data-action=\"wipe\"]') !== null");
+  b.Eval("document.querySelector('#view button[data-action=\"wipe\"]').click(), true");
+  b.Wait("!document.getElementById('confirm').hidden");
+  auto config = (*store)->LoadConfig("alpha");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(b.Eval("document.getElementById('confirm-text').textContent"),
+            cli::WipePrompt(*config));
+  b.Shot("confirm-wipe.png");
+  b.Eval("document.getElementById('confirm-no').click(), true");
+  b.Wait("document.getElementById('status').textContent.includes('cancelled')");
+  EXPECT_TRUE(Run({"describe", "alpha", "--json"}).json()["compromised"].get<bool>());
+  b.Eval("document.querySelector('#view button[data-action=\"wipe\"]').click(), true");
+  b.Wait("!document.getElementById('confirm').hidden");
+  b.Eval("document.getElementById('confirm-yes').click(), true");
+  b.Wait("document.getElementById('status').textContent.startsWith('Wiped')", 120);
+  json after = Run({"describe", "alpha", "--json"}).json();
+  EXPECT_FALSE(after["compromised"].get<bool>()) << after.dump();
+  EXPECT_TRUE(after["checkpoints"].empty()) << after.dump();
+}
+
+// The verb itself: `cloister ui --json` prints a URL on 127.0.0.1 with a token, serves it (the
+// token buys the cookie, a missing one gets 401), and exits 0 on SIGTERM.
+TEST_F(BrowserTest, UiVerbPrintsUrlServesAndStops) {
+  ASSERT_EQ(Create("alpha").code, 0);
+  std::string exe = std::string(std::getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(exe.c_str(), exe.c_str(), "--store", store_.c_str(), "ui", "--json", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char* line = nullptr;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, f);
+  std::string first = n > 0 ? std::string(line, n) : "";
+  free(line);
+  json j = json::parse(first, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << first;
+  std::string url = j["url"];
+  std::string prefix = "http://127.0.0.1:" + std::to_string(j["port"].get<int>()) + "/?token=";
+  ASSERT_EQ(url.rfind(prefix, 0), 0u) << url;
+  EXPECT_EQ(url.size(), prefix.size() + 64) << "a 32-byte token";
+  auto curl = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"});
+    auto r = RunProcess(args);
+    return r.ok() ? r->out : std::string("curl failed");
+  };
+  std::string root = url.substr(0, url.find("/?token="));
+  EXPECT_EQ(curl({root + "/api/workspaces"}), "401");
+  EXPECT_EQ(curl({url}), "303");
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fclose(f);
+}
+
+}  // namespace
+}  // namespace cloister::ui

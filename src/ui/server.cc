@@ -1,0 +1,503 @@
+#include "ui/server.h"
+
+#include <openssl/rand.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "ui/assets.h"
+#include "ui/consent.h"
+#include "ui/request.h"
+#include "ui/traffic.h"
+
+namespace cloister::ui {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr char kCookieName[] = "cloister_ui";
+constexpr size_t kMaxHeaderBytes = 8 * 1024;
+// Every response: no script but our own files, no other origin, no framing, no referrer, and no
+// caching of data that came from a guest.
+constexpr char kCsp[] =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+
+Result<std::string> RandomToken() {
+  unsigned char b[32];
+  if (RAND_bytes(b, sizeof b) != 1) {
+    return Error(ErrorCode::kUnavailable, "no randomness for the dashboard's token (RAND_bytes)");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += kHex[c >> 4];
+    s += kHex[c & 15];
+  }
+  return s;
+}
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+}  // namespace
+
+struct Server::Impl {
+  Backend& backend;
+  ServerOptions options;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  uint16_t port = 0;
+  std::string token, session, csrf;
+  std::thread accept_thread;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::set<tcp::socket*> open;
+  size_t threads = 0;
+
+  // Last audit report per workspace (memory only; the page shows it until the next run).
+  std::mutex audit_mu;
+  std::map<std::string, nlohmann::json> audits;
+
+  // Consent listeners on the running workspaces (started last, stopped first).
+  std::unique_ptr<ConsentDesk> desk;
+
+  Impl(Backend& b, ServerOptions o) : backend(b), options(o) {}
+
+  void AcceptLoop();
+  void Serve(tcp::socket& sock);
+  // Fills `res` for `req`; returns true when the connection must instead become a live stream
+  // (`name` set to the workspace, `offset` where to start).
+  bool Handle(const Request& req, Response& res, std::string& name, uint64_t& offset);
+  void Live(tcp::socket& sock, const std::string& name, uint64_t offset);
+  bool Stopping() {
+    std::lock_guard<std::mutex> l(mu);
+    return stopping;
+  }
+};
+
+namespace {
+
+void SetCommon(Response& res) {
+  res.set(http::field::server, "cloister-ui");
+  res.set("Content-Security-Policy", kCsp);
+  res.set("X-Content-Type-Options", "nosniff");
+  res.set("X-Frame-Options", "DENY");
+  res.set("Referrer-Policy", "no-referrer");
+  res.set("Cross-Origin-Resource-Policy", "same-origin");
+  res.set("Cross-Origin-Opener-Policy", "same-origin");
+  res.set(http::field::cache_control, "no-store");
+}
+
+void Text(Response& res, http::status status, const std::string& text) {
+  res.result(status);
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.body() = text + "\n";
+}
+
+void Json(Response& res, http::status status, const nlohmann::json& j) {
+  res.result(status);
+  res.set(http::field::content_type, "application/json");
+  res.body() = Dump(j);
+}
+
+http::status StatusOf(const Error& e) {
+  switch (e.code()) {
+    case ErrorCode::kInvalidArgument: return http::status::bad_request;
+    case ErrorCode::kNotFound: return http::status::not_found;
+    case ErrorCode::kFailedPrecondition:
+    case ErrorCode::kCompromised:
+    case ErrorCode::kBusy:
+    case ErrorCode::kAlreadyExists: return http::status::conflict;
+    case ErrorCode::kPermissionDenied: return http::status::forbidden;
+    case ErrorCode::kUnavailable: return http::status::service_unavailable;
+    default: return http::status::internal_server_error;
+  }
+}
+
+void Fail(Response& res, const Error& e) {
+  nlohmann::json j = {{"error", e.message()}};
+  if (!e.hint().empty()) j["hint"] = e.hint();
+  Json(res, StatusOf(e), j);
+}
+
+void Refuse(Response& res, http::status status, const std::string& why) {
+  Json(res, status, {{"error", why}, {"refused", true}});
+}
+
+}  // namespace
+
+bool Server::Impl::Handle(const Request& req, Response& res, std::string& live_name,
+                          uint64_t& live_offset) {
+  SetCommon(res);
+  // 1. DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 reaches this
+  // port with Host: evil.example. Only our own loopback name and port are served.
+  if (!IsLoopbackHost(req[http::field::host], port)) {
+    Refuse(res, http::status::misdirected_request,
+           "the Host header must be 127.0.0.1:" + std::to_string(port) +
+               " (open the URL `cloister ui` printed)");
+    return false;
+  }
+  // 2. Other origins: a foreign Origin is refused on every request, and a POST must carry ours
+  // (browsers always send Origin on POST; fail closed when it is absent).
+  auto origin = req.find(http::field::origin);
+  bool is_post = req.method() == http::verb::post;
+  if (origin != req.end() ? !IsOwnOrigin(origin->value(), port) : is_post) {
+    Refuse(res, http::status::forbidden, "cross-origin request refused");
+    return false;
+  }
+  auto route = ParseRoute(req.method_string(), req.target());
+  if (!route.ok()) {
+    Fail(res, route.error());
+    return false;
+  }
+  // 3. The session: the printed URL's token buys the cookie; nothing else is served without it.
+  std::optional<std::string> cookie = CookieValue(req[http::field::cookie], kCookieName);
+  bool authed = cookie && SecretEquals(*cookie, session);
+  if (route->kind == RouteKind::kIndex && route->query.count("token")) {
+    if (!SecretEquals(route->query["token"], token)) {
+      Text(res, http::status::forbidden,
+           "wrong token: open the URL that `cloister ui` printed (it changes on every start)");
+      return false;
+    }
+    res.result(http::status::see_other);
+    res.set(http::field::location, "/");
+    res.set(http::field::set_cookie, std::string(kCookieName) + "=" + session +
+                                         "; HttpOnly; SameSite=Strict; Path=/");
+    return false;
+  }
+  if (!authed) {
+    Text(res, http::status::unauthorized,
+         "no session: open the URL with ?token= that `cloister ui` printed");
+    return false;
+  }
+  // 4. Actions: the CSRF token in a header (a cross-site form cannot set one) and JSON.
+  if (is_post) {
+    if (!SecretEquals(req["X-CSRF-Token"], csrf)) {
+      Refuse(res, http::status::forbidden, "missing or wrong CSRF token");
+      return false;
+    }
+    if (req[http::field::content_type] != "application/json") {
+      Refuse(res, http::status::unsupported_media_type, "actions take application/json");
+      return false;
+    }
+  }
+  switch (route->kind) {
+    case RouteKind::kNotFound:
+      Text(res, http::status::not_found, "not found");
+      return false;
+    case RouteKind::kIndex:
+    case RouteKind::kAsset: {
+      auto asset = FindAsset(route->kind == RouteKind::kIndex ? "index.html" : route->asset);
+      if (!asset) {
+        Text(res, http::status::not_found, "not found");
+        return false;
+      }
+      res.result(http::status::ok);
+      res.set(http::field::content_type, std::string(asset->content_type));
+      res.body() = std::string(asset->data);
+      return false;
+    }
+    case RouteKind::kSession:
+      Json(res, http::status::ok, {{"csrf", csrf}});
+      return false;
+    case RouteKind::kWorkspaces: {
+      auto list = backend.ListWorkspaces();
+      if (!list.ok()) return Fail(res, list.error()), false;
+      Json(res, http::status::ok, *list);
+      return false;
+    }
+    case RouteKind::kWorkspace: {
+      auto d = backend.DescribeWorkspace(route->name);
+      if (!d.ok()) return Fail(res, d.error()), false;
+      Json(res, http::status::ok, *d);
+      return false;
+    }
+    case RouteKind::kTraffic: {
+      auto filter = ParseTrafficFilter(route->query);
+      if (!filter.ok()) return Fail(res, filter.error()), false;
+      auto path = backend.TracePath(route->name);
+      if (!path.ok()) return Fail(res, path.error()), false;
+      // The whole file in windows (the view keeps the last `limit` that match).
+      std::vector<proxy::TraceRecord> kept;
+      uint64_t offset = 0;
+      for (;;) {
+        auto chunk = ReadTraceFrom(*path, offset);
+        if (!chunk.ok()) return Fail(res, chunk.error()), false;
+        for (auto& r : chunk->records) {
+          if (filter->Matches(r)) kept.push_back(std::move(r));
+        }
+        if (kept.size() > filter->limit) kept.erase(kept.begin(), kept.end() - filter->limit);
+        if (chunk->next_offset == offset) break;
+        offset = chunk->next_offset;
+      }
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& r : kept) arr.push_back(RecordJson(r));
+      Json(res, http::status::ok, {{"records", arr}, {"offset", offset}});
+      return false;
+    }
+    case RouteKind::kTrafficLive: {
+      auto path = backend.TracePath(route->name);
+      if (!path.ok()) return Fail(res, path.error()), false;
+      live_offset = 0;
+      if (auto it = route->query.find("offset"); it != route->query.end()) {
+        live_offset = std::strtoull(it->second.c_str(), nullptr, 10);
+      }
+      live_name = route->name;
+      return true;
+    }
+    case RouteKind::kConfirm: {
+      std::string cp = route->query.count("checkpoint") ? route->query["checkpoint"] : "";
+      if (!cp.empty() && !ValidCheckpointId(cp)) {
+        return Fail(res, Error(ErrorCode::kInvalidArgument, "invalid checkpoint id")), false;
+      }
+      auto text = backend.ConfirmText(route->name, route->action, cp);
+      if (!text.ok()) return Fail(res, text.error()), false;
+      Json(res, http::status::ok,
+           {{"action", ActionName(route->action)}, {"destructive", IsDestructive(route->action)},
+            {"text", *text}});
+      return false;
+    }
+    case RouteKind::kAction: {
+      auto body = ParseActionBody(req.body());
+      if (!body.ok()) return Fail(res, body.error()), false;
+      if (IsDestructive(route->action) && !body->confirm) {
+        Refuse(res, http::status::precondition_required,
+               std::string(ActionName(route->action)) +
+                   " drops data: confirm first (the page shows what goes)");
+        return false;
+      }
+      if (route->action == Action::kCheckpointRestore && body->checkpoint.empty()) {
+        return Fail(res, Error(ErrorCode::kInvalidArgument, "restore needs a checkpoint id")),
+               false;
+      }
+      auto msg = backend.Run(route->name, route->action, body->checkpoint);
+      if (!msg.ok()) return Fail(res, msg.error()), false;
+      Json(res, http::status::ok, {{"ok", true}, {"message", *msg}});
+      return false;
+    }
+    case RouteKind::kAudit: {
+      if (!is_post) {
+        std::lock_guard<std::mutex> l(audit_mu);
+        auto it = audits.find(route->name);
+        Json(res, http::status::ok, it == audits.end() ? nlohmann::json(nullptr) : it->second);
+        return false;
+      }
+      auto report = backend.RunAudit(route->name);
+      if (!report.ok()) return Fail(res, report.error()), false;
+      {
+        std::lock_guard<std::mutex> l(audit_mu);
+        audits[route->name] = *report;
+      }
+      Json(res, http::status::ok, *report);
+      return false;
+    }
+    case RouteKind::kConsent:
+      Json(res, http::status::ok, desk->Pending());
+      return false;
+    case RouteKind::kConsentAnswer: {
+      auto body = ParseActionBody(req.body());
+      if (!body.ok()) return Fail(res, body.error()), false;
+      if (body->grant.empty()) {
+        return Fail(res, Error(ErrorCode::kInvalidArgument, "answer needs a grant")), false;
+      }
+      Status s = desk->Answer(route->name, route->consent_id, body->grant);
+      if (!s.ok()) return Fail(res, s.error()), false;
+      Json(res, http::status::ok, {{"ok", true}, {"message", route->name + ": " + body->grant +
+                                                                 " given to question " +
+                                                                 std::to_string(route->consent_id)}});
+      return false;
+    }
+    case RouteKind::kLeaks: {
+      auto list = backend.ListWorkspaces();
+      if (!list.ok()) return Fail(res, list.error()), false;
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& ws : *list) {
+        std::string name = ws.value("name", "");
+        if (!ValidWorkspaceName(name)) continue;
+        auto path = backend.TracePath(name);
+        if (!path.ok()) continue;  // a damaged workspace: ls shows its problem
+        uint64_t offset = 0;
+        for (;;) {
+          auto chunk = ReadTraceFrom(*path, offset);
+          if (!chunk.ok()) break;
+          for (auto& row : LeakRows(ws, chunk->records)) rows.push_back(std::move(row));
+          if (chunk->next_offset == offset) break;
+          offset = chunk->next_offset;
+        }
+      }
+      Json(res, http::status::ok, rows);
+      return false;
+    }
+  }
+  Text(res, http::status::not_found, "not found");
+  return false;
+}
+
+void Server::Impl::Live(tcp::socket& sock, const std::string& name, uint64_t offset) {
+  beast::error_code ec;
+  std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+      "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: " +
+      std::string(kCsp) + "\r\nConnection: close\r\n\r\n: live\n\n";
+  asio::write(sock, asio::buffer(head), ec);
+  auto last_write = std::chrono::steady_clock::now();
+  while (!ec && !Stopping()) {
+    auto path = backend.TracePath(name);
+    if (!path.ok()) break;
+    auto chunk = ReadTraceFrom(*path, offset);
+    if (!chunk.ok()) break;
+    std::string out;
+    for (const auto& r : chunk->records) out += "data: " + Dump(RecordJson(r)) + "\n\n";
+    offset = chunk->next_offset;
+    auto now = std::chrono::steady_clock::now();
+    if (out.empty() && now - last_write > std::chrono::seconds(10)) out = ": ping\n\n";
+    if (!out.empty()) {
+      asio::write(sock, asio::buffer(out), ec);
+      last_write = now;
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, options.tail_interval, [this] { return stopping; });
+  }
+}
+
+void Server::Impl::Serve(tcp::socket& sock) {
+  beast::flat_buffer buf;
+  for (;;) {
+    beast::error_code ec;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(kMaxHeaderBytes);
+    parser.body_limit(kMaxBodyBytes);
+    http::read(sock, buf, parser, ec);
+    if (ec) {
+      if (ec == http::error::body_limit || ec == http::error::header_limit) {
+        Response res{http::status::payload_too_large, 11};
+        SetCommon(res);
+        Text(res, http::status::payload_too_large, "request too large");
+        res.keep_alive(false);
+        res.prepare_payload();
+        http::write(sock, res, ec);
+      }
+      break;
+    }
+    Request req = parser.release();
+    Response res{http::status::ok, req.version()};
+    std::string live;
+    uint64_t offset = 0;
+    if (Handle(req, res, live, offset)) {
+      Live(sock, live, offset);
+      break;
+    }
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    http::write(sock, res, ec);
+    if (ec || !req.keep_alive() || Stopping()) break;
+  }
+  beast::error_code ignored;
+  sock.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+void Server::Impl::AcceptLoop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket sock(io);
+    acceptor.accept(sock, ec);
+    if (Stopping()) return;
+    if (ec) {  // EMFILE and the like: do not spin
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    std::unique_lock<std::mutex> l(mu);
+    if (threads >= options.max_connections) {
+      l.unlock();
+      sock.close(ec);  // too many at once: the browser retries
+      continue;
+    }
+    ++threads;
+    auto* owned = new tcp::socket(std::move(sock));
+    open.insert(owned);
+    l.unlock();
+    std::thread([this, owned] {
+      Serve(*owned);
+      std::lock_guard<std::mutex> g(mu);
+      open.erase(owned);
+      delete owned;
+      --threads;
+      cv.notify_all();
+    }).detach();
+  }
+}
+
+Result<std::unique_ptr<Server>> Server::Start(Backend& backend, ServerOptions options) {
+  auto impl = std::make_unique<Impl>(backend, options);
+  ASSIGN_OR_RETURN(impl->token, RandomToken());
+  ASSIGN_OR_RETURN(impl->session, RandomToken());
+  ASSIGN_OR_RETURN(impl->csrf, RandomToken());
+  beast::error_code ec;
+  tcp::endpoint ep(asio::ip::make_address_v4("127.0.0.1"), options.port);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Error(ErrorCode::kUnavailable,
+                 "cannot listen on 127.0.0.1:" + std::to_string(options.port) + ": " + ec.message(),
+                 options.port ? "pick another --port, or omit it for a random one" : "");
+  }
+  impl->port = impl->acceptor.local_endpoint().port();
+  impl->desk = std::make_unique<ConsentDesk>([&backend] { return backend.ControlSockets(); });
+  Impl* raw = impl.get();
+  impl->accept_thread = std::thread([raw] { raw->AcceptLoop(); });
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { Stop(); }
+
+uint16_t Server::port() const { return impl_->port; }
+
+std::string Server::Url() const {
+  return "http://127.0.0.1:" + std::to_string(impl_->port) + "/?token=" + impl_->token;
+}
+
+void Server::Stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+    // Wake the blocked reads of every connection (a shutdown, not a close: each thread closes
+    // its own socket).
+    for (tcp::socket* s : impl_->open) {
+      beast::error_code ec;
+      s->shutdown(tcp::socket::shutdown_both, ec);
+    }
+  }
+  impl_->cv.notify_all();
+  beast::error_code ec;
+  impl_->acceptor.cancel(ec);
+  // Unblock accept(): connect to ourselves once.
+  {
+    tcp::socket poke(impl_->io);
+    poke.connect(tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), impl_->port), ec);
+  }
+  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  impl_->acceptor.close(ec);
+  std::unique_lock<std::mutex> l(impl_->mu);
+  impl_->cv.wait(l, [this] { return impl_->threads == 0; });
+  l.unlock();
+  impl_->desk.reset();  // no request thread is left to use it
+}
+
+}  // namespace cloister::ui
