@@ -91,7 +91,11 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   // Body: hold up to hold_limit bytes before anything goes upstream, so a refused request sends
   // nothing; a longer body streams with a hold-back (below).
   std::string pending;
-  std::vector<char> io(kIoBuffer);
+  struct {
+    char* p;
+    char* data() const { return p; }
+    size_t size() const { return kIoBuffer; }
+  } io{up.Io()};
   auto read_piece = [&]() -> awaitable<Result<size_t>> {
     req.body().data = io.data();
     req.body().size = io.size();
