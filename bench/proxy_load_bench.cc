@@ -245,6 +245,8 @@ class Relay {
   }
   uint16_t port() const { return acc_.local_endpoint().port(); }
   std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> silent{0};  // connections the far side closed without a byte
+  std::atomic<uint64_t> client_silent{0};  // ... and the client (wrk) without a byte
 
  private:
   awaitable<void> Accept() {
@@ -255,16 +257,19 @@ class Relay {
       asio::co_spawn(io_, Serve(std::move(s)), asio::detached);
     }
   }
-  static awaitable<void> Pump(tcp::socket& from, tcp::socket& to) {
+  static awaitable<uint64_t> Pump(tcp::socket& from, tcp::socket& to) {
     std::vector<char> buf(64 * 1024);
+    uint64_t total = 0;
     for (;;) {
       auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
       if (ec) break;
+      total += n;
       auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
       if (wec) break;
     }
     boost::system::error_code ec;
     to.shutdown(tcp::socket::shutdown_send, ec);
+    co_return total;
   }
   awaitable<void> Serve(tcp::socket client) {
     tcp::socket up(io_);
@@ -297,8 +302,10 @@ class Relay {
     auto a = std::make_shared<tcp::socket>(std::move(client));
     auto b = std::make_shared<tcp::socket>(std::move(up));
     // Both directions to their end (half-close passes through).
-    asio::co_spawn(io_, [a, b]() -> awaitable<void> { co_await Pump(*a, *b); }, asio::detached);
-    co_await Pump(*b, *a);
+    asio::co_spawn(io_, [this, a, b]() -> awaitable<void> {
+      if (co_await Pump(*a, *b) == 0) ++client_silent;
+    }, asio::detached);
+    if (co_await Pump(*b, *a) == 0) ++silent;
   }
   asio::io_context& io_;
   tcp::acceptor acc_;
@@ -570,6 +577,12 @@ int main(int argc, char** argv) {
       // (transparent_sniff_ms) can close a client whose first bytes come late, by design.
       bool bad = !f.ran || f.requests == 0 || f.non2xx > 0;
       if (bad && (p.cloister || p.name == "direct")) failed = true;
+      if (p.relay->silent) {
+        std::fprintf(stderr, "%s: so far %llu connections closed by the far side and %llu by "
+                     "the client without a byte\n", p.name.c_str(),
+                     static_cast<unsigned long long>(p.relay->silent.load()),
+                     static_cast<unsigned long long>(p.relay->client_silent.load()));
+      }
       if (p.relay->refused) {
         std::fprintf(stderr, "%s: %llu CONNECTs refused so far\n", p.name.c_str(),
                      static_cast<unsigned long long>(p.relay->refused.load()));
