@@ -55,14 +55,6 @@ struct UpstreamSlot {
   // Beast reads at most capacity - size bytes (but at least 512) per read: without the reserve a
   // small buffer made every read, and so every TLS record we sent on, about 512 bytes long.
   beast::flat_buffer buf;
-  // The client connection's buffer for body pieces, allocated on first use and kept for the
-  // connection's life (a fresh zeroed 64 KiB per request cost a malloc and a memset per request).
-  // Reset() keeps it: it belongs to the client connection, not to the upstream one.
-  char* Io() {
-    if (!io) io.reset(new char[kIoBuffer]);
-    return io.get();
-  }
-  std::unique_ptr<char[]> io;
   void Reset() {
     stream.reset();
     key.clear();
