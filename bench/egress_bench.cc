@@ -9,7 +9,8 @@
 // these figures (they are the same for both modes except that transparent mode adds the nft
 // redirect and the SO_ORIGINAL_DST lookup in the guest). Reported, per path: p50/p99 of a new
 // connection (TCP + CONNECT or header + TLS handshake + one GET) and of a keep-alive GET.
-// Usage: egress_bench [--connections N] [--requests N]
+// --smoke: tiny sizes (seconds); exits 1 when any path fails (scripts/bench-smoke.sh).
+// Usage: egress_bench [--smoke] [--connections N] [--requests N]
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -128,10 +129,12 @@ Figures Measure(const Path& p, int connections, int requests) {
 
 int main(int argc, char** argv) {
   int connections = 300, requests = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--connections") connections = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--requests") requests = std::max(1, std::atoi(argv[i + 1]));
+    const char* v = i + 1 < argc ? argv[i + 1] : "1";
+    if (a == "--smoke") connections = 20, requests = 100;
+    else if (a == "--connections") connections = std::max(1, std::atoi(v)), ++i;
+    else if (a == "--requests") requests = std::max(1, std::atoi(v)), ++i;
   }
   char tmpl[] = "/tmp/cloister-egress-bench-XXXXXX";
   std::string dir = mkdtemp(tmpl);
@@ -168,11 +171,13 @@ int main(int argc, char** argv) {
   std::printf("%-12s %14s %14s %14s %14s\n", "path", "conn p50 us", "conn p99 us", "req p50 us",
               "req p99 us");
   std::map<std::string, Figures> all;
+  bool failed = false;
   for (const Path& p : paths) {
     Figures f = Measure(p, connections, requests);
     all[p.name] = f;
     if (!f.ok) {
       std::printf("%-12s failed\n", p.name.c_str());
+      failed = true;
       continue;
     }
     std::printf("%-12s %14.0f %14.0f %14.0f %14.0f\n", p.name.c_str(), f.conn_p50, f.conn_p99,
@@ -191,5 +196,5 @@ int main(int argc, char** argv) {
   transparent_relay->reset();
   (*proxy)->Stop();
   std::filesystem::remove_all(dir);
-  return 0;
+  return failed ? 1 : 0;
 }

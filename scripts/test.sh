@@ -26,6 +26,8 @@ set -e
 bash "$ROOT/scripts/retried-tests.sh" "$ctest_log" >&2
 rm -f "$ctest_log"
 [ "$ctest_rc" = 0 ] || exit "$ctest_rc"
+# Every bench's --smoke mode: a measured path that breaks fails here (scripts/bench-smoke.sh).
+(cd "$ROOT" && bash scripts/bench-smoke.sh "$BUILD")
 # Sanitizers and fuzzing: every fuzz target's corpus replayed and each fuzzed for a bounded time
 # under ASan+UBSan, in its own build dir (scripts/fuzz.sh). CLOISTER_SKIP_FUZZ=1 skips it.
 cd "$ROOT"
