@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -502,6 +503,12 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
         }
       }
     }
+    auto nft_start = std::chrono::steady_clock::now();
+    auto nft_ms = [&nft_start] {
+      return " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - nft_start).count()) +
+             " ms";
+    };
     auto r = RunProcess({nft, "-f", "-"}, ro);
     if (!r.ok() || !r->success()) {
       std::string why = r.ok() ? r->err : r.error().message();
@@ -509,13 +516,13 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
       ro.stdin_data = RedirectNatRuleset(s->port, s->dns_port);
       auto r2 = RunProcess({nft, "-f", "-"}, ro);
       if (r2.ok() && r2->success()) {
-        s->log("egress: nft filter chain not loaded (" + why + "); redirect rules loaded");
+        s->log("egress: nft filter chain not loaded (" + why + "); redirect rules loaded" + nft_ms());
       } else {
         s->log("egress: nft rules NOT loaded (" + (r2.ok() ? r2->err : r2.error().message()) +
                "): no transparent egress this boot (nothing leaves the guest either)");
       }
     } else {
-      s->log("egress: redirect rules loaded (table ip cloister)");
+      s->log("egress: redirect rules loaded (table ip cloister)" + nft_ms());
     }
     std::string resolv =
         "# Written by cloister-agent at every boot: the agent answers DNS (transparent egress).\n"

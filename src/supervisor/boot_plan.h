@@ -32,6 +32,11 @@ struct BootInputs {
   Accel accel = Accel::kTcg;
   bool sandbox = true;
   std::string tcg_cpu;       // CLOISTER_TCG_CPU ("" = kTcgCpuModel)
+  // CLOISTER_TCG_TB_SIZE (MiB; "" = kTcgTbSizeMib, 0 = QEMU's default) and
+  // CLOISTER_FREE_PAGE_REPORTING ("0" = no balloon): the benches' other sides. A malformed value
+  // refuses the boot.
+  std::string tcg_tb_size;
+  std::string free_page_reporting;
   std::string npm_registry;  // CLOISTER_GUEST_NPM_REGISTRY ("" = npm's default)
   WorkspaceConfig config;
   LiveDisks disks;

@@ -133,6 +133,10 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: bad TCG CPU model '" + spec.tcg_cpu + "'",
                  "letters, digits and _.,=+- only, e.g. max,erms=off");
   }
+  if (spec.tcg_tb_size_mib < 0 || spec.tcg_tb_size_mib > 4096) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: TCG tb-size must be 0..4096 MiB",
+                 "CLOISTER_TCG_TB_SIZE=256 (MiB), or 0 for QEMU's default");
+  }
   if (spec.extra_cmdline.find_first_of("\n\0", 0, 2) != std::string::npos) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: kernel command line has a control character");
   }
@@ -148,7 +152,9 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   if (spec.accel == Accel::kKvm) {
     argv.insert(argv.end(), {"-machine", "q35,accel=kvm", "-cpu", "host"});
   } else {
-    argv.insert(argv.end(), {"-machine", "q35,accel=tcg", "-cpu", spec.tcg_cpu});
+    std::string accel = "tcg";
+    if (spec.tcg_tb_size_mib > 0) accel += ",tb-size=" + std::to_string(spec.tcg_tb_size_mib);
+    argv.insert(argv.end(), {"-machine", "q35", "-accel", accel, "-cpu", spec.tcg_cpu});
   }
   argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
   argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
@@ -159,6 +165,10 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw", std::nullopt}, /*read_only=*/true, /*discard=*/false);
   argv.insert(argv.end(), {"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device",
                            "virtio-rng-pci,rng=rng0"});
+  if (spec.free_page_reporting) {
+    argv.insert(argv.end(), {"-device", std::string("virtio-balloon-pci,id=") + kBalloonId +
+                                            ",free-page-reporting=on"});
+  }
   // SECURITY: restrict=on isolates the guest from the host and the outside; no hostfwd/guestfwd.
   argv.insert(argv.end(), {"-netdev", "user,id=net0,restrict=on", "-device",
                            "virtio-net-pci,netdev=net0,mac=" + spec.mac});

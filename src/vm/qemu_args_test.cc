@@ -145,8 +145,18 @@ TEST(QemuArgsTest, AccelSelectsMachine) {
   s.accel = Accel::kKvm;
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=kvm"});
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"host"});
+  EXPECT_TRUE(Values(*BuildQemuArgv(s), "-accel").empty());
   s.accel = Accel::kTcg;
-  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=tcg"});
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35"});
+  // TCG's translation cache is capped (QEMU's default is 1 GiB, never given back).
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-accel"), std::vector<std::string>{"tcg,tb-size=256"});
+  s.tcg_tb_size_mib = 0;
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-accel"), std::vector<std::string>{"tcg"});
+  for (int bad : {-1, 4097}) {
+    s.tcg_tb_size_mib = bad;
+    EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
+  }
+  s.tcg_tb_size_mib = kTcgTbSizeMib;
   // TCG: everything it emulates but the fast-string hints (rep movsb runs a byte per iteration).
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"max,erms=off,fsrm=off"});
   s.tcg_cpu = "max";
@@ -155,6 +165,21 @@ TEST(QemuArgsTest, AccelSelectsMachine) {
                           "max,file=/etc/passwd:x"}) {
     s.tcg_cpu = bad;
     EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
+  }
+}
+
+TEST(QemuArgsTest, BalloonWithFreePageReportingGivesFreedGuestPagesBack) {
+  VmSpec s = Spec();
+  for (Accel accel : {Accel::kTcg, Accel::kKvm}) {
+    s.accel = accel;
+    auto argv = BuildQemuArgv(s);
+    ASSERT_TRUE(argv.ok());
+    EXPECT_TRUE(Has(Values(*argv, "-device"),
+                    "virtio-balloon-pci,id=balloon0,free-page-reporting=on"));
+  }
+  s.free_page_reporting = false;  // the benches' "reporting off" side
+  for (const std::string& d : Values(*BuildQemuArgv(s), "-device")) {
+    EXPECT_EQ(d.find("balloon"), std::string::npos) << d;
   }
 }
 
