@@ -287,9 +287,44 @@ TEST_F(VmE2eTest, GuestHasNoNetworkRouteButTheChannel) {
   Stop("net");
 }
 
+// `start --timings` prints "PHASE MS" rows (names from supervisor/boot_timings.h), then the
+// total; every value a number, none above the total. Returns the rows by name.
+std::map<std::string, long long> ParseTimingsTable(const std::string& out) {
+  std::map<std::string, long long> rows;
+  std::istringstream in(out);
+  std::string line;
+  EXPECT_TRUE(std::getline(in, line));
+  EXPECT_EQ(Trim(line).substr(0, 5), "PHASE") << out;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string name, ms, extra;
+    EXPECT_TRUE(l >> name >> ms) << line;
+    EXPECT_FALSE(l >> extra) << line;
+    EXPECT_FALSE(ms.empty());
+    EXPECT_EQ(ms.find_first_not_of("0123456789"), std::string::npos) << line;
+    EXPECT_EQ(rows.count(name), 0u) << name << " twice in\n" << out;
+    rows[name] = std::atoll(ms.c_str());
+  }
+  EXPECT_EQ(rows.count("total"), 1u) << out;
+  for (const auto& [name, ms] : rows) EXPECT_LE(ms, rows["total"]) << name << "\n" << out;
+  return rows;
+}
+
+// Also: `start --timings` on a fresh boot and on the resume, and the balloon with free page
+// reporting read back over QMP (the supervisor's log line).
 TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   Create("ss");
-  Start("ss");
+  auto started = Cloister({"start", "ss", "--accel", "tcg", "--timings"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  auto boot = ParseTimingsTable(started.out);
+  for (const char* phase : {"disks", "proxy", "metadata-disk", "qemu-spawn", "qemu-start",
+                            "firmware", "kernel", "init-to-hook", "agent-setup",
+                            "terminal-probe", "tmux", "checkpoint"}) {
+    EXPECT_EQ(boot.count(phase), 1u) << phase << " missing from\n" << started.out;
+  }
+  std::cerr << "[start --timings]\n" << started.out;
+  std::string log = testing::Slurp(RunPathsFor(*store_, "ss").supervisor_log);
+  EXPECT_NE(log.find("balloon: free page reporting on"), std::string::npos) << log;
   int code = -1;
   std::string pid = Trim(Exec("ss", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!", &code));
   ASSERT_EQ(code, 0);
@@ -298,9 +333,13 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "ss")).state, VmState::kSuspended);
   EXPECT_TRUE(fs::exists(store_->Paths("ss").suspend_state));
-  r = Cloister({"start", "ss"});
+  r = Cloister({"start", "ss", "--timings"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("resum"), std::string::npos) << r.err;
+  auto resumed = ParseTimingsTable(r.out);
+  EXPECT_EQ(resumed.count("resume"), 1u) << r.out;
+  EXPECT_EQ(resumed.count("kernel"), 0u) << r.out;  // no guest boot on a resume
+  std::cerr << "[resume --timings]\n" << r.out;
   EXPECT_FALSE(fs::exists(store_->Paths("ss").suspend_state));
   Exec("ss", "kill -0 " + pid, &code);
   EXPECT_EQ(code, 0) << "process " << pid << " did not survive suspend/resume";
