@@ -55,6 +55,19 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
     }
     spec.tcg_tb_size_mib = std::stoi(in.tcg_tb_size);
   }
+  if (!in.disk_aio.empty()) spec.disk_aio = in.disk_aio;  // BuildQemuArgv checks it
+  if (in.disk_cache == "none") {
+    spec.disk_cache_direct = true;
+  } else if (!in.disk_cache.empty() && in.disk_cache != "writeback") {
+    return Error(ErrorCode::kInvalidArgument, "CLOISTER_DISK_CACHE='" + in.disk_cache + "'",
+                 "writeback (the default) or none");
+  }
+  if (in.disk_iothread == "1") {
+    spec.disk_iothread = true;
+  } else if (!in.disk_iothread.empty() && in.disk_iothread != "0") {
+    return Error(ErrorCode::kInvalidArgument, "CLOISTER_DISK_IOTHREAD='" + in.disk_iothread + "'",
+                 "0 (the default) or 1");
+  }
   if (in.free_page_reporting == "0") {
     spec.free_page_reporting = false;
   } else if (!in.free_page_reporting.empty() && in.free_page_reporting != "1") {

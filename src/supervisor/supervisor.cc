@@ -338,6 +338,9 @@ Status Supervisor::Boot(bool resume) {
   if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) in.tcg_cpu = cpu;
   if (const char* tb = std::getenv("CLOISTER_TCG_TB_SIZE"); tb) in.tcg_tb_size = tb;
   if (const char* r = std::getenv("CLOISTER_FREE_PAGE_REPORTING"); r) in.free_page_reporting = r;
+  if (const char* v = std::getenv("CLOISTER_DISK_AIO"); v) in.disk_aio = v;
+  if (const char* v = std::getenv("CLOISTER_DISK_CACHE"); v) in.disk_cache = v;
+  if (const char* v = std::getenv("CLOISTER_DISK_IOTHREAD"); v) in.disk_iothread = v;
   if (const char* r = std::getenv("CLOISTER_GUEST_NPM_REGISTRY"); r && *r) in.npm_registry = r;
   in.config = config_;
   in.disks = disks;

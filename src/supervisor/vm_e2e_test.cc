@@ -326,6 +326,15 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   std::string log = testing::Slurp(RunPathsFor(*store_, "ss").supervisor_log);
   EXPECT_NE(log.find("balloon: free page reporting on"), std::string::npos) << log;
   int code = -1;
+  // The guest's balloon driver negotiated free page reporting (virtio device 5, feature bit 5,
+  // VIRTIO_BALLOON_F_REPORTING): freed guest pages go back to the host.
+  std::string features = Trim(Exec("ss",
+                                   "for d in /sys/bus/virtio/devices/*; do "
+                                   "if [ \"$(cat $d/device)\" = 0x0005 ]; then cat $d/features; fi; done",
+                                   &code, "root"));
+  EXPECT_EQ(code, 0);
+  ASSERT_GT(features.size(), 5u) << "no virtio balloon in the guest";
+  EXPECT_EQ(features[5], '1') << "free page reporting not negotiated: " << features;
   std::string pid = Trim(Exec("ss", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!", &code));
   ASSERT_EQ(code, 0);
   ASSERT_FALSE(pid.empty());

@@ -52,10 +52,19 @@ Status CheckFormat(const DiskSpec& disk) {
   return OkStatus();
 }
 
+// I/O settings of a writable disk's top file (the backing layers keep QEMU's defaults).
+struct DiskIo {
+  std::string aio = "threads";
+  bool cache_direct = false;
+  std::string iothread;  // "" = the main loop
+};
+
 void AddDisk(std::vector<std::string>& argv, const std::string& node, const DiskSpec& disk,
-             bool read_only, bool discard) {
+             bool read_only, bool discard, const DiskIo& io = {}) {
   std::string file = "driver=file,node-name=" + node + "-file,filename=" +
                      QemuOptEscape(disk.path);
+  if (io.aio != "threads") file += ",aio=" + io.aio;
+  if (io.cache_direct) file += ",cache.direct=on";
   std::string fmt = "driver=" + disk.format + ",node-name=" + node + ",file=" + node + "-file";
   if (disk.backing && !disk.backing->empty()) {
     // Bottom-up, each layer read-only, named NODE-lI (l0 = the top's backing).
@@ -80,8 +89,13 @@ void AddDisk(std::vector<std::string>& argv, const std::string& node, const Disk
     file += ",discard=unmap";
     fmt += ",discard=unmap,detect-zeroes=unmap";
   }
-  argv.insert(argv.end(), {"-blockdev", file, "-blockdev", fmt, "-device",
-                           "virtio-blk-pci,drive=" + node + ",id=" + node + "-blk"});
+  if (io.cache_direct) fmt += ",cache.direct=on";
+  std::string dev = "virtio-blk-pci,drive=" + node + ",id=" + node + "-blk";
+  if (!io.iothread.empty()) {
+    argv.insert(argv.end(), {"-object", "iothread,id=" + io.iothread});
+    dev += ",iothread=" + io.iothread;
+  }
+  argv.insert(argv.end(), {"-blockdev", file, "-blockdev", fmt, "-device", dev});
 }
 
 }  // namespace
@@ -159,9 +173,19 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
   argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
                            KernelCmdline(spec)});
+  if (spec.disk_aio != "threads" && spec.disk_aio != "io_uring" && spec.disk_aio != "native") {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: disk aio '" + spec.disk_aio + "'",
+                 "threads, io_uring or native");
+  }
+  if (spec.disk_aio == "native" && !spec.disk_cache_direct) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: aio=native needs cache=none (O_DIRECT)",
+                 "CLOISTER_DISK_CACHE=none with CLOISTER_DISK_AIO=native");
+  }
+  DiskIo system_io{spec.disk_aio, spec.disk_cache_direct, spec.disk_iothread ? "io-system" : ""};
+  DiskIo home_io{spec.disk_aio, spec.disk_cache_direct, spec.disk_iothread ? "io-home" : ""};
   // Disks in the contract's order: vda, vdb, vdc (virtio-blk names follow PCI order).
-  AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true);
-  AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true);
+  AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true, system_io);
+  AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true, home_io);
   AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw", std::nullopt}, /*read_only=*/true, /*discard=*/false);
   argv.insert(argv.end(), {"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device",
                            "virtio-rng-pci,rng=rng0"});

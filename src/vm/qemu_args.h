@@ -92,6 +92,13 @@ struct VmSpec {
   // the guest's kernel reports pages it freed (in 2 MiB runs) and QEMU discards them, so guest
   // RAM once touched goes back to the host. The balloon is never inflated (no size target).
   bool free_page_reporting = true;
+  // The system and home disks' I/O (bench/disk_bench compares them): QEMU's aio engine
+  // ("threads", "io_uring" or "native"; native needs cache_direct), O_DIRECT on the image files
+  // (cache=none), and an iothread per disk. The supervisor takes CLOISTER_DISK_AIO,
+  // CLOISTER_DISK_CACHE (writeback|none) and CLOISTER_DISK_IOTHREAD (0|1).
+  std::string disk_aio = "threads";
+  bool disk_cache_direct = false;
+  bool disk_iothread = false;
 };
 
 // Validates the spec (required paths present, MAC and share tags well-formed, no NUL) and returns

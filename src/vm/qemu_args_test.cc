@@ -183,6 +183,34 @@ TEST(QemuArgsTest, BalloonWithFreePageReportingGivesFreedGuestPagesBack) {
   }
 }
 
+TEST(QemuArgsTest, DiskIoChoicesApplyToSystemAndHomeOnly) {
+  VmSpec s = Spec();
+  auto plain = BuildQemuArgv(s);
+  ASSERT_TRUE(plain.ok());
+  for (const std::string& b : Values(*plain, "-blockdev")) {
+    EXPECT_EQ(b.find("aio="), std::string::npos) << b;
+    EXPECT_EQ(b.find("cache.direct"), std::string::npos) << b;
+  }
+  EXPECT_TRUE(Values(*plain, "-object").size() == 1u);  // the rng only
+  s.disk_aio = "native";
+  s.disk_cache_direct = true;
+  s.disk_iothread = true;
+  auto argv = BuildQemuArgv(s);
+  ASSERT_TRUE(argv.ok()) << argv.error().ToString();
+  auto blockdevs = Values(*argv, "-blockdev");
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=system-file,filename=/ws/disk.qcow2,aio=native,"
+                             "cache.direct=on,discard=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=home-file,filename=/ws/home.img,aio=native,"
+                             "cache.direct=on,discard=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=meta-file,filename=/ws/run/meta.img,read-only=on"));
+  EXPECT_TRUE(Has(Values(*argv, "-object"), "iothread,id=io-system"));
+  EXPECT_TRUE(Has(Values(*argv, "-device"), "virtio-blk-pci,drive=home,id=home-blk,iothread=io-home"));
+  s.disk_cache_direct = false;  // native without O_DIRECT: refused
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s.disk_aio = "posix";
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+}
+
 TEST(QemuArgsTest, CommasInPathsAreEscaped) {
   VmSpec s = Spec();
   s.system_disk.path = "/ws/a,b/disk.qcow2";
