@@ -325,6 +325,20 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   std::cerr << "[start --timings]\n" << started.out;
   std::string log = testing::Slurp(RunPathsFor(*store_, "ss").supervisor_log);
   EXPECT_NE(log.find("balloon: free page reporting on"), std::string::npos) << log;
+  // SECURITY: no mapping of QEMU (guest RAM above all) is KSM-mergeable ("mg" in VmFlags):
+  // pages are never merged across workspaces, even on a host that turns KSM on.
+  {
+    int qemu = DeriveStatus(RunPathsFor(*store_, "ss")).info.value("qemu_pid", -1);
+    ASSERT_GT(qemu, 0);
+    std::string smaps = testing::Slurp("/proc/" + std::to_string(qemu) + "/smaps");
+    ASSERT_NE(smaps.find("VmFlags:"), std::string::npos);
+    std::istringstream lines(smaps);
+    int mergeable = 0;
+    for (std::string l; std::getline(lines, l);) {
+      if (StartsWith(l, "VmFlags:") && (l + " ").find(" mg ") != std::string::npos) ++mergeable;
+    }
+    EXPECT_EQ(mergeable, 0) << "QEMU marked guest memory MADV_MERGEABLE";
+  }
   int code = -1;
   // The guest's balloon driver negotiated free page reporting (virtio device 5, feature bit 5,
   // VIRTIO_BALLOON_F_REPORTING): freed guest pages go back to the host.

@@ -163,12 +163,14 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   argv.insert(argv.end(), {"-name", QemuOptEscape("cloister-" + spec.name) + ",debug-threads=on",
                            "-nodefaults", "-no-user-config", "-vga", "none",
                            "-display", "none", "-no-reboot"});
+  // SECURITY: mem-merge=off: guest RAM is never marked MADV_MERGEABLE, so KSM (if the host turns
+  // it on) cannot merge pages across workspaces, a cross-tenant side channel (threat-model.md).
   if (spec.accel == Accel::kKvm) {
-    argv.insert(argv.end(), {"-machine", "q35,accel=kvm", "-cpu", "host"});
+    argv.insert(argv.end(), {"-machine", "q35,accel=kvm,mem-merge=off", "-cpu", "host"});
   } else {
     std::string accel = "tcg";
     if (spec.tcg_tb_size_mib > 0) accel += ",tb-size=" + std::to_string(spec.tcg_tb_size_mib);
-    argv.insert(argv.end(), {"-machine", "q35", "-accel", accel, "-cpu", spec.tcg_cpu});
+    argv.insert(argv.end(), {"-machine", "q35,mem-merge=off", "-accel", accel, "-cpu", spec.tcg_cpu});
   }
   argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
   argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",

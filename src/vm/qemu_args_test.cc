@@ -143,11 +143,13 @@ TEST(QemuArgsTest, PassedFdsSocketsAndExplicitBackingChain) {
 TEST(QemuArgsTest, AccelSelectsMachine) {
   VmSpec s = Spec();
   s.accel = Accel::kKvm;
-  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=kvm"});
+  // SECURITY: no KSM merging of guest RAM across workspaces (mem-merge=off) on either accel.
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"),
+            std::vector<std::string>{"q35,accel=kvm,mem-merge=off"});
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"host"});
   EXPECT_TRUE(Values(*BuildQemuArgv(s), "-accel").empty());
   s.accel = Accel::kTcg;
-  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35"});
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,mem-merge=off"});
   // TCG's translation cache is capped (QEMU's default is 1 GiB, never given back).
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-accel"), std::vector<std::string>{"tcg,tb-size=256"});
   s.tcg_tb_size_mib = 0;
