@@ -49,8 +49,10 @@ struct ShareSpec {
 // loops. bench/tcg_cpu_bench measures both models side by side. KVM keeps `-cpu host`.
 inline constexpr char kTcgCpuModel[] = "max,erms=off,fsrm=off";
 
-// TCG's translation cache (MiB): bench/memory_bench measured 256 MiB against QEMU's 1 GiB default
-// (docs/design.md "Memory"), the guest's speed within noise and the idle RSS capped.
+// TCG's translation cache (MiB) instead of QEMU's 1 GiB default, which a busy guest fills on top
+// of its RAM and QEMU never gives back. bench/memory_bench compares 64, 256 and 1024 side by side
+// (docs/design.md "Density figures": 219 MiB less idle RSS at 256; the guest-speed difference was
+// within the noise of a host at load 20+, so the lead's rerun on a quiet host decides).
 inline constexpr int kTcgTbSizeMib = 256;
 
 // The QOM path and id of the balloon device (`qom-get PATH free-page-reporting` reads it back).
