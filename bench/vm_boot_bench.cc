@@ -1,14 +1,18 @@
-// Boot overhead and idle memory of a cloister workspace, measured side by side in one run:
-//   bare:     qemu-system-x86_64 (cloister's -cpu) with the image's kernel + initramfs + base
-//             disk, from exec to the kernel reporting the root filesystem mounted (where the
-//             image's init takes over);
-//   cloister: `cloister start` of a fresh workspace on the same image, from exec to the guest
-//             agent's READY (metadata disk, supervisor, QEMU, init, agent, pty+shell check, and the
-//             proven-boot checkpoint);
-// and reports the ratio, plus RSS and PSS of the idle workspace's QEMU process.
+// Boot overhead of a cloister workspace, like for like, measured side by side in one run:
+//   bare:     qemu-system-x86_64 with what cloister gives QEMU for the boot itself (q35, the same
+//             -accel/tb-size and -cpu, vCPUs, RAM, the image's kernel, initramfs and kernel
+//             command line, the image's disk as virtio-blk, the balloon), from exec to the boot
+//             hook starting, seen on the serial console ("cloister-boot-hook: started", or
+//             systemd's "Started cloister-boot.service" line on images without it);
+//   cloister: `cloister start --timings` of a fresh workspace on the same image, from exec to the
+//             guest agent's READY (supervisor, disks, proxy, metadata disk, QEMU, firmware, kernel,
+//             init, agent setup, terminal probe, tmux, proven-boot checkpoint), with each phase;
+// for the test image and the default image (whichever are there), and the ratio cloister / bare
+// (the goal: at most 1.15). Also QEMU's idle RSS right after READY.
 //
-// Usage: vm_boot_bench IMAGE_DIR [--runs N] [--accel auto|kvm|tcg]
-//   IMAGE_DIR holds disk.raw, vmlinuz, initrd.img (e.g. from `cloister image build --test`).
+// Usage: vm_boot_bench [--image DIR]... [--runs N] [--memory MIB] [--smoke]
+//   DIR holds disk.raw, vmlinuz, initrd.img. Default: the build tree's test image and the store's
+//   debian-12. --smoke: the test image only, one run; exits 1 when any path fails.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,38 +20,37 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "base/subprocess.h"
-#include "store/store.h"
-#include "vm/accel.h"
-#include "supervisor/launcher.h"
+#include "bench/vm_bench_util.h"
+#include "image/boot_hook.h"
+#include "protocol/contract.h"
 #include "vm/process.h"
 #include "vm/qemu_args.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
 
 namespace {
 
-// Seconds from exec to `marker` on QEMU's serial console (stdout), or -1.
-double BareBoot(const std::string& image_dir, vm::Accel accel) {
+// Seconds from exec to the boot hook starting on the serial console, or -1.
+double BareBoot(const std::string& image_dir, int memory, int cpus) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return -1;
+  vm::VmSpec spec;  // cloister's defaults: CPU model, tb-size, command line
   std::vector<std::string> argv = {
       "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
-      "-no-reboot", "-machine", std::string("q35,accel=") + vm::AccelName(accel), "-cpu",
-      accel == vm::Accel::kKvm ? "host" : vm::kTcgCpuModel, "-smp", "2", "-m", "2048", "-kernel",
-      image_dir + "/vmlinuz", "-initrd", image_dir + "/initrd.img", "-append",
-      "root=/dev/vda rw console=ttyS0 panic=-1", "-drive",
-      "file=" + image_dir + "/disk.raw,format=raw,if=virtio,snapshot=on", "-serial", "stdio"};
+      "-no-reboot", "-machine", "q35", "-accel",
+      "tcg,tb-size=" + std::to_string(spec.tcg_tb_size_mib), "-cpu", spec.tcg_cpu, "-smp",
+      std::to_string(cpus), "-m", std::to_string(memory), "-kernel", image_dir + "/vmlinuz",
+      "-initrd", image_dir + "/initrd.img", "-append", vm::KernelCmdline(spec), "-drive",
+      "file=" + image_dir + "/disk.raw,format=raw,if=virtio,snapshot=on", "-device",
+      "virtio-balloon-pci,free-page-reporting=on", "-serial", "stdio"};
   auto start = Clock::now();
   pid_t pid = fork();
   if (pid == 0) {
@@ -72,7 +75,9 @@ double BareBoot(const std::string& image_dir, vm::Accel accel) {
     ssize_t n = read(out[0], buf, sizeof(buf));
     if (n <= 0) break;
     seen.append(buf, static_cast<size_t>(n));
-    if (seen.find("EXT4-fs (vda): mounted filesystem") != std::string::npos) {
+    if (seen.find(image::kBootHookStartedLine) != std::string::npos ||
+        seen.find("Started cloister-boot.service") != std::string::npos ||
+        seen.find("Started \x1b[0;1;39mcloister-boot.service") != std::string::npos) {
       secs = std::chrono::duration<double>(Clock::now() - start).count();
       break;
     }
@@ -84,93 +89,96 @@ double BareBoot(const std::string& image_dir, vm::Accel accel) {
   return secs;
 }
 
-// "VmRSS:  123 kB" style field in KiB, from /proc/PID/status or smaps_rollup.
-long ProcField(const std::string& file, const std::string& field) {
-  std::ifstream f(file);
+// "PHASE MS" rows of `start --timings`.
+std::vector<std::pair<std::string, long>> TimingRows(const std::string& out) {
+  std::vector<std::pair<std::string, long>> rows;
+  std::istringstream in(out);
+  std::string name;
+  long ms;
   std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream in(line.substr(field.size()));
-      long kb = -1;
-      in >> kb;
-      return kb;
-    }
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    if (l >> name >> ms) rows.emplace_back(name, ms);
   }
-  return -1;
+  return rows;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: vm_boot_bench IMAGE_DIR [--runs N] [--accel auto|kvm|tcg]\n";
-    return 2;
+  std::vector<std::string> images;
+  int runs = 1, memory = 2048, cpus = 2;
+  bool smoke = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--smoke") smoke = true;
+    else if (a == "--image" && i + 1 < argc) images.push_back(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--memory" && i + 1 < argc) memory = std::atoi(argv[++i]);
+    else {
+      std::cerr << "usage: vm_boot_bench [--image DIR]... [--runs N] [--memory MIB] [--smoke]\n";
+      return 2;
+    }
   }
-  std::string image_dir = fs::absolute(argv[1]).string();
-  int runs = 1;
-  std::string accel_text = "auto";
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));
-    if (std::string(argv[i]) == "--accel") accel_text = argv[i + 1];
-  }
-  auto mode = vm::ParseAccelMode(accel_text);
-  if (!mode.ok()) return 2;
-  auto accel = vm::ChooseAccel(*mode);
-  if (!accel.ok()) {
-    std::cerr << accel.error().ToString() << "\n";
+  if (bench::FindCloister().empty()) {
+    std::cerr << "vm_boot_bench: no cloister binary beside this bench (set CLOISTER_EXE)\n";
     return 1;
   }
-  char tmpl[] = "/tmp/cloister-bench-XXXXXX";
-  std::string root = mkdtemp(tmpl);
-  auto store = Store::Open(root);
-  if (!store.ok()) return 1;
-  std::cout << "vm_boot_bench: accel " << vm::AccelName(accel->accel) << ", image " << image_dir
-            << ", " << runs << " run(s)\n";
-  double bare_total = 0, cl_total = 0;
-  long rss = -1, pss = -1;
-  int ok_runs = 0;
-  for (int r = 0; r < runs; ++r) {
-    double bare = BareBoot(image_dir, accel->accel);
-    CreateRequest req;
-    req.name = "bench" + std::to_string(r);
-    req.image = image_dir + "/disk.raw";
-    auto created = (*store)->Create(req);
-    if (!created.ok()) {
-      std::cerr << "create: " << created.error().ToString() << "\n";
-      return 1;
-    }
-    std::ostringstream progress;
-    vm::StartOptions so;
-    so.accel = accel->accel == vm::Accel::kKvm ? vm::AccelMode::kKvm : vm::AccelMode::kTcg;
-    auto start = Clock::now();
-    Status st = vm::StartWorkspace(**store, req.name, so, progress);
-    double cl = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!st.ok()) {
-      std::cerr << "start: " << st.error().ToString() << "\n" << progress.str();
-      return 1;
-    }
-    vm::VmStatus status = vm::WorkspaceStatus(**store, req.name);
-    int qemu_pid = status.info.value("qemu_pid", -1);
-    if (qemu_pid > 0) {
-      rss = ProcField("/proc/" + std::to_string(qemu_pid) + "/status", "VmRSS:");
-      pss = ProcField("/proc/" + std::to_string(qemu_pid) + "/smaps_rollup", "Pss:");
-    }
-    vm::StopOptions stop;
-    stop.force = true;
-    (void)vm::StopWorkspace(**store, req.name, stop, progress);
-    (void)(*store)->Remove(req.name);
-    std::printf("run %d: bare boot to root mounted %.2f s, cloister start to agent ready %.2f s, "
-                "ratio %.2f; idle QEMU RSS %.0f MiB, PSS %.0f MiB\n",
-                r + 1, bare, cl, bare > 0 ? cl / bare : 0.0, rss / 1024.0, pss / 1024.0);
-    if (bare > 0) {
+  if (images.empty()) {
+    if (std::string t = bench::DefaultTestImageDir(); !t.empty()) images.push_back(t);
+    if (std::string f = bench::DefaultFullImageDir(); !f.empty() && !smoke) images.push_back(f);
+  }
+  if (smoke) {
+    runs = 1;
+    memory = 512;
+  }
+  if (images.empty()) {
+    std::cerr << "vm_boot_bench: no image (pass --image DIR, or `cloister image build --test`)\n";
+    return 1;
+  }
+  std::printf("vm_boot_bench: TCG, %d vCPUs, %d MiB, %d run(s); %s\n", cpus, memory, runs,
+              bench::LoadAverage().c_str());
+  auto store = bench::BenchStore::Make();
+  if (!store) return 1;
+  bool ok = true;
+  int n = 0;
+  for (const std::string& image : images) {
+    double bare_total = 0, cl_total = 0;
+    int ok_runs = 0;
+    for (int r = 0; r < runs; ++r) {
+      double bare = BareBoot(image, memory, cpus);
+      std::string ws = "boot" + std::to_string(n++);
+      if (!store->Create(ws, image, memory, cpus)) return 1;
+      auto t0 = Clock::now();
+      auto started = store->Cli({"start", ws, "--accel", "tcg", "--timings"});
+      double cl = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!started.success() || bare <= 0) {
+        std::cerr << image << ": " << (bare <= 0 ? "bare boot never reached the hook; " : "")
+                  << started.err << "\n";
+        ok = false;
+        store->ForceStop(ws);
+        continue;
+      }
+      pid_t qemu = store->QemuPid(ws);
+      long rss = qemu > 0 ? bench::ProcKib(qemu, "status", "VmRSS:") / 1024 : -1;
+      store->ForceStop(ws);
+      std::printf("%s run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
+                  "ratio %.2f; QEMU RSS at READY %ld MiB\n  phases (ms):",
+                  image.c_str(), r + 1, bare, cl, cl / bare, rss);
+      for (const auto& [name, ms] : TimingRows(started.out)) std::printf(" %s %ld", name.c_str(), ms);
+      std::printf("\n");
+      std::fflush(stdout);
       bare_total += bare;
       cl_total += cl;
       ++ok_runs;
     }
+    if (ok_runs > 0) {
+      std::printf("%s mean: bare %.2f s, cloister %.2f s, ratio %.2f (goal 1.15)\n", image.c_str(),
+                  bare_total / ok_runs, cl_total / ok_runs, cl_total / bare_total);
+    }
   }
-  fs::remove_all(root);
-  if (ok_runs == 0) return 1;
-  std::printf("mean: bare %.2f s, cloister %.2f s, overhead ratio %.2f (guest RAM 2048 MiB "
-              "configured)\n", bare_total / ok_runs, cl_total / ok_runs, cl_total / bare_total);
-  return 0;
+  std::printf("after: %s\n", bench::LoadAverage().c_str());
+  if (!ok) std::cerr << "vm_boot_bench: a measured path failed\n";
+  return ok ? 0 : 1;
 }

@@ -16,12 +16,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -41,6 +44,41 @@ namespace cloister::guest {
 namespace {
 
 constexpr char kVersion[] = "cloister-agent 1";
+
+// Milliseconds since the guest kernel started (CLOCK_BOOTTIME), for the READY timings.
+int64_t BootMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// When PID 1 (the initramfs's init, which execs the system's) started, in ms since boot: the
+// kernel's part of the boot. 0 if /proc/1/stat cannot be read.
+int64_t InitStartMs() {
+  std::ifstream f("/proc/1/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(paren + 1));
+  std::string field;
+  // Fields after the command: state is field 3; starttime is field 22.
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) {
+      long ticks = sysconf(_SC_CLK_TCK);
+      return ticks > 0 ? std::strtoll(field.c_str(), nullptr, 10) * 1000 / ticks : 0;
+    }
+  }
+  return 0;
+}
+
+// The READY text's timings (the format supervisor/boot_timings.h parses): marks in ms since the
+// guest kernel started.
+std::string TimingsSuffix(int64_t init, int64_t agent, int64_t setup, int64_t probe,
+                          int64_t ready) {
+  return " timings init=" + std::to_string(init) + " agent=" + std::to_string(agent) +
+         " setup=" + std::to_string(setup) + " probe=" + std::to_string(probe) +
+         " ready=" + std::to_string(ready);
+}
 
 class Logger {
  public:
@@ -384,6 +422,7 @@ void AcceptLoop(int listen_fd, std::string service, Shared* shared, Logger log) 
 }  // namespace
 
 int RunAgent(const AgentOptions& o) {
+  const int64_t agent_ms = BootMs();
   Logger log(o.log);
   signal(SIGPIPE, SIG_IGN);
   std::string config_path = o.config_path.empty() ? o.meta_dir + "/config.json" : o.config_path;
@@ -451,6 +490,10 @@ int RunAgent(const AgentOptions& o) {
     }
   }
 
+  const int64_t setup_ms = BootMs();
+  log("setup done in " + std::to_string(setup_ms - agent_ms) + " ms (guest clock " +
+      std::to_string(setup_ms) + " ms)");
+
   // The ready probe, then the tmux session, then READY (now and in every later session).
   std::thread([&, cfg = *config, tool] {
     auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
@@ -477,6 +520,7 @@ int RunAgent(const AgentOptions& o) {
       return;
     }
     auto t1 = std::chrono::steady_clock::now();
+    const int64_t probe_ms = BootMs();
     std::vector<std::string> window;
     std::string window_name;
     if (tool && !tool->package.empty()) {
@@ -500,7 +544,10 @@ int RunAgent(const AgentOptions& o) {
     log("terminal probe " + secs(t1 - t0) + ", tmux session " +
         secs(std::chrono::steady_clock::now() - t1));
     std::lock_guard<std::mutex> l(shared.mu);
-    ready_info = std::string(kVersion) + " boot " + cfg.boot_id;
+    const int64_t init_ms = std::min(InitStartMs(), agent_ms);
+    std::string marks = TimingsSuffix(init_ms, agent_ms, setup_ms, probe_ms, BootMs());
+    log("timings (ms since the kernel started):" + marks.substr(8));
+    ready_info = std::string(kVersion) + " boot " + cfg.boot_id + marks;
     ready = true;
     log("terminal works: READY");
     if (shared.mux) shared.mux->SendReady(ready_info);

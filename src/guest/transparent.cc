@@ -9,9 +9,11 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -502,6 +504,34 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
         }
       }
     }
+    // The kernel loads what the ruleset needs on demand, one modprobe exec per module and alias
+    // (nf_tables, the NAT chain and its conntrack, redir, reject, ct): 27 s of guest time under
+    // a loaded TCG host, against 0.3 s where the initramfs loaded them already (the test image).
+    // One modprobe for all of them first does the same work in one process; a failure here is
+    // only logged (nft then loads what it can itself, as before).
+    utsname uts{};
+    const bool module_tree =
+        uname(&uts) == 0 &&
+        access(("/lib/modules/" + std::string(uts.release) + "/modules.dep").c_str(), R_OK) == 0;
+    for (const char* modprobe : {"/usr/sbin/modprobe", "/sbin/modprobe"}) {
+      if (!module_tree || access(modprobe, X_OK) != 0) continue;
+      auto mp_start = std::chrono::steady_clock::now();
+      RunOptions mo;
+      mo.timeout = std::chrono::seconds(60);
+      auto m = RunProcess({modprobe, "-a", "-q", "nf_tables", "nft_chain_nat", "nft_redir",
+                           "nft_reject_inet", "nft_ct"}, mo);
+      s->log("egress: netfilter modules " + std::string(m.ok() && m->success() ? "loaded" : "not all loaded") +
+             " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - mp_start).count()) +
+             " ms (one modprobe)");
+      break;
+    }
+    auto nft_start = std::chrono::steady_clock::now();
+    auto nft_ms = [&nft_start] {
+      return " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - nft_start).count()) +
+             " ms";
+    };
     auto r = RunProcess({nft, "-f", "-"}, ro);
     if (!r.ok() || !r->success()) {
       std::string why = r.ok() ? r->err : r.error().message();
@@ -509,13 +539,13 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
       ro.stdin_data = RedirectNatRuleset(s->port, s->dns_port);
       auto r2 = RunProcess({nft, "-f", "-"}, ro);
       if (r2.ok() && r2->success()) {
-        s->log("egress: nft filter chain not loaded (" + why + "); redirect rules loaded");
+        s->log("egress: nft filter chain not loaded (" + why + "); redirect rules loaded" + nft_ms());
       } else {
         s->log("egress: nft rules NOT loaded (" + (r2.ok() ? r2->err : r2.error().message()) +
                "): no transparent egress this boot (nothing leaves the guest either)");
       }
     } else {
-      s->log("egress: redirect rules loaded (table ip cloister)");
+      s->log("egress: redirect rules loaded (table ip cloister)" + nft_ms());
     }
     std::string resolv =
         "# Written by cloister-agent at every boot: the agent answers DNS (transparent egress).\n"

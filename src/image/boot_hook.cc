@@ -10,6 +10,9 @@ std::string BootHookScript() {
 # cloister boot hook: mount the per-boot metadata disk and start the guest agent from it.
 # See docs/design.md, "Contracts between host and guest". Installed by the image's post-install
 # step "boot-hook", recorded in the signed catalog.
+# The first line on the console: where a bare boot of the same image and a cloister boot are
+# compared (bench/vm_boot_bench).
+echo "cloister-boot-hook: started"
 META=)HOOK") + kMetaMountPoint + "\nDEV=" + kMetaDevice + R"HOOK(
 mkdir -p "$META"
 i=0

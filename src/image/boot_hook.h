@@ -25,6 +25,9 @@ using protocol::kMetaDevice;
 using protocol::kMetaLabel;
 using protocol::kMetaMountPoint;
 
+// The line the hook prints first on the console (bench/vm_boot_bench's common point).
+inline constexpr char kBootHookStartedLine[] = "cloister-boot-hook: started";
+
 // The hook script itself (POSIX sh; runs on busybox and on Debian).
 std::string BootHookScript();
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "catalog/catalog.h"
@@ -19,9 +20,11 @@ inline constexpr char kTestImageName[] = "test";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "5";  // 2: curl; 3: openssh-client, git, gh;
-// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`)
-inline constexpr char kFullRecipeVersion[] = "2";  // 2: nftables
+inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client, git, gh;
+// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
+// 6: virtio_balloon (free page reporting), the boot hook's "started" line
+inline constexpr char kFullRecipeVersion[] = "3";  // 2: nftables; 3: units masked
+// (MaskedUnits), the boot hook's "started" line
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
@@ -39,5 +42,8 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& options);
 // user dev with passwordless sudo, git curl ca-certificates openssh-client tmux python3 nodejs
 // npm build-essential). Needs root. About 2-3 minutes.
 Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& options);
+// The systemd units the full image masks (symlinks to /dev/null in /etc/systemd/system): gettys
+// for a display and a serial line nobody types into, e2scrub for LVM the VM has none of.
+const std::vector<std::string>& MaskedUnits();
 
 }  // namespace cloister::image

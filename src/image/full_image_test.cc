@@ -47,6 +47,11 @@ TEST(FullImageTest, BuildsDebianWithSystemdUserDevSudoAndTheBootHook) {
     EXPECT_EQ(Debugfs(disk, std::string("stat ") + bin).find("not found"), std::string::npos)
         << bin;
   }
+  for (const std::string& unit : MaskedUnits()) {
+    EXPECT_NE(Debugfs(disk, "stat /etc/systemd/system/" + unit).find("Type: symlink"),
+              std::string::npos)
+        << unit << " is not masked";
+  }
   EXPECT_EQ(Debugfs(disk, "stat /usr/lib/cloister/cloister-agent").find("Type: regular"),
             std::string::npos);
 }

@@ -65,13 +65,14 @@ const std::vector<std::string>& TestPackages() {
 
 // Modules the initramfs loads (with their dependencies): disks, console, net, rng, ext4, 9p, and
 // what nftables needs for the guest agent's NAT redirect and rejects (the rootfs has no module
-// tree, so nothing can be loaded on demand later), and the dummy device for the egress route.
+// tree, so nothing can be loaded on demand later), the dummy device for the egress route, and the
+// balloon whose free page reporting gives freed guest RAM back to the host.
 const std::vector<std::string>& InitramfsModules() {
   static const std::vector<std::string> k{
       "virtio_pci",   "virtio_blk", "virtio_console",  "virtio_net",     "virtio_rng",
       "crc32c_generic", "ext4",     "9pnet_virtio",    "9p",             "nf_tables",
       "nft_chain_nat", "nft_redir", "nft_reject_inet", "nft_reject_ipv4", "nft_ct",
-      "dummy"};
+      "dummy",        "virtio_balloon"};
   return k;
 }
 

@@ -46,6 +46,35 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
   spec.name = in.workspace;
   spec.accel = in.accel;
   if (!in.tcg_cpu.empty()) spec.tcg_cpu = in.tcg_cpu;
+  if (!in.tcg_tb_size.empty()) {
+    if (in.tcg_tb_size.size() > 4 ||
+        in.tcg_tb_size.find_first_not_of("0123456789") != std::string::npos) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "CLOISTER_TCG_TB_SIZE='" + in.tcg_tb_size + "' is not a size in MiB",
+                   "unset it, or e.g. CLOISTER_TCG_TB_SIZE=256 (0 = QEMU's default)");
+    }
+    spec.tcg_tb_size_mib = std::stoi(in.tcg_tb_size);
+  }
+  if (!in.disk_aio.empty()) spec.disk_aio = in.disk_aio;  // BuildQemuArgv checks it
+  if (in.disk_cache == "none") {
+    spec.disk_cache_direct = true;
+  } else if (!in.disk_cache.empty() && in.disk_cache != "writeback") {
+    return Error(ErrorCode::kInvalidArgument, "CLOISTER_DISK_CACHE='" + in.disk_cache + "'",
+                 "writeback (the default) or none");
+  }
+  if (in.disk_iothread == "1") {
+    spec.disk_iothread = true;
+  } else if (!in.disk_iothread.empty() && in.disk_iothread != "0") {
+    return Error(ErrorCode::kInvalidArgument, "CLOISTER_DISK_IOTHREAD='" + in.disk_iothread + "'",
+                 "0 (the default) or 1");
+  }
+  if (in.free_page_reporting == "0") {
+    spec.free_page_reporting = false;
+  } else if (!in.free_page_reporting.empty() && in.free_page_reporting != "1") {
+    return Error(ErrorCode::kInvalidArgument,
+                 "CLOISTER_FREE_PAGE_REPORTING='" + in.free_page_reporting + "' is not 0 or 1",
+                 "unset it (the balloon with free page reporting is the default)");
+  }
   spec.cpus = static_cast<int>(config.cpus);
   spec.memory_mib = static_cast<int>(config.memory_mib);
   spec.mac = config.mac;

@@ -32,6 +32,14 @@ struct BootInputs {
   Accel accel = Accel::kTcg;
   bool sandbox = true;
   std::string tcg_cpu;       // CLOISTER_TCG_CPU ("" = kTcgCpuModel)
+  // CLOISTER_TCG_TB_SIZE (MiB; "" = kTcgTbSizeMib, 0 = QEMU's default) and
+  // CLOISTER_FREE_PAGE_REPORTING ("0" = no balloon): the benches' other sides. A malformed value
+  // refuses the boot.
+  std::string tcg_tb_size;
+  std::string free_page_reporting;
+  // CLOISTER_DISK_AIO (threads|io_uring|native), CLOISTER_DISK_CACHE (writeback|none),
+  // CLOISTER_DISK_IOTHREAD (0|1): bench/disk_bench's sides; "" = the defaults.
+  std::string disk_aio, disk_cache, disk_iothread;
   std::string npm_registry;  // CLOISTER_GUEST_NPM_REGISTRY ("" = npm's default)
   WorkspaceConfig config;
   LiveDisks disks;

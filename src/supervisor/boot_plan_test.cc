@@ -247,3 +247,41 @@ TEST(BootPlanTest, AnUnknownToolOrABadRegistryRefusesTheBootWithTheFix) {
 
 }  // namespace
 }  // namespace cloister::vm
+
+namespace cloister::vm {
+namespace {
+
+// The benches' other sides (CLOISTER_TCG_TB_SIZE, CLOISTER_FREE_PAGE_REPORTING); a malformed
+// value refuses the boot with the fix, never falls back silently.
+TEST(BootPlanTest, TbSizeAndFreePageReportingOverridesTable) {
+  struct Case {
+    std::string tb_size;
+    std::string reporting;
+    bool ok;
+    int want_tb;
+    bool want_reporting;
+  };
+  const std::vector<Case> cases = {
+      {"", "", true, kTcgTbSizeMib, true},  {"64", "", true, 64, true},
+      {"0", "1", true, 0, true},            {"", "0", true, kTcgTbSizeMib, false},
+      {"-1", "", false, 0, false},          {"256M", "", false, 0, false},
+      {"99999", "", false, 0, false},       {"", "off", false, 0, false},
+      {"", "yes", false, 0, false},
+  };
+  for (const Case& c : cases) {
+    BootInputs in = Inputs();
+    in.tcg_tb_size = c.tb_size;
+    in.free_page_reporting = c.reporting;
+    auto plan = PlanBoot(in);
+    ASSERT_EQ(plan.ok(), c.ok) << c.tb_size << "/" << c.reporting;
+    if (!c.ok) {
+      EXPECT_FALSE(plan.error().hint().empty()) << plan.error().ToString();
+      continue;
+    }
+    EXPECT_EQ(plan->spec.tcg_tb_size_mib, c.want_tb) << c.tb_size;
+    EXPECT_EQ(plan->spec.free_page_reporting, c.want_reporting) << c.reporting;
+  }
+}
+
+}  // namespace
+}  // namespace cloister::vm

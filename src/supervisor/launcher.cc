@@ -147,6 +147,8 @@ Status StartWorkspace(Store& store, const std::string& name, const StartOptions&
       buf.erase(0, nl + 1);
       if (StartsWith(line, "stage ")) {
         progress << "cloister: " << line.substr(6) << "\n" << std::flush;
+      } else if (StartsWith(line, "timings")) {
+        if (options.timings) *options.timings = line;
       } else if (StartsWith(line, "launched")) {
         if (options.detach) {
           // QEMU runs and the channel is connected: the rest of the boot is the supervisor's.

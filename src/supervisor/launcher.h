@@ -22,6 +22,9 @@ struct StartOptions {
   // for the guest agent's READY (`start -d`, `run -d`). The boot then goes on in the background:
   // `ls`/`describe` show booting, then running (or the failure, with the boot log).
   bool detach = false;
+  // Receives the supervisor's "timings NAME=MS ..." line (supervisor/boot_timings.h), if it sent
+  // one before ready (`start --timings`).
+  std::string* timings = nullptr;
 };
 
 // Starts NAME's VM and returns once the guest agent is ready (or the resumed VM runs), or with

@@ -22,6 +22,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   if (plan.build_meta_disk) {
     RETURN_IF_ERROR(BuildMetaDisk(plan.meta_disk, agent, plan.meta, {}, exes));
   }
+  if (options.phase) options.phase("metadata-disk");
 
   VmSpec spec = plan.spec;
   const bool resume = spec.incoming_defer;
@@ -111,6 +112,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   }
   ASSIGN_OR_RETURN(pid_t pid, SpawnProcess(argv, so));
   fds.CloseAll();  // QEMU has its copies; ours would keep its sockets listening if it died
+  if (options.phase) options.phase("qemu-spawn");
   return pid;
 }
 

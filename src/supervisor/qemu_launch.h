@@ -22,6 +22,9 @@ struct QemuLaunchOptions {
   std::string output_path;  // QEMU's stdout and stderr, appended (the supervisor's log)
   std::function<void(const std::string&)> progress;  // "starting QEMU (tcg, uid N)"
   std::function<void(const std::string&)> log;       // "qemu: ARGV"
+  // The end of a boot phase (supervisor/boot_timings.h): "metadata-disk" once it is built (or
+  // kept), "qemu-spawn" once QEMU is exec'd (fds, jail, fork).
+  std::function<void(const std::string&)> phase;
   // The workspace's QEMU id from the store's registry (Store::QemuId, unique within the store);
   // the uid QEMU runs under as root is kQemuIdBase plus it (vm/qemu_access.h).
   uint32_t qemu_id = 0;

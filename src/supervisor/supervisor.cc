@@ -34,6 +34,7 @@
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
 #include "supervisor/boot_plan.h"
+#include "supervisor/boot_timings.h"
 #include "supervisor/control.h"
 #include "proxy/policy.h"
 #include "supervisor/egress.h"
@@ -71,6 +72,7 @@ struct Action {
   std::chrono::milliseconds timeout{60000};
   std::string info;
   std::shared_ptr<std::promise<json>> reply;
+  Clock::time_point at = Clock::now();  // when it was queued (READY's arrival, for --timings)
 };
 
 void Log(const std::string& line) {
@@ -97,6 +99,8 @@ class Supervisor {
   void GuestPoweroff();
   void Enqueue(Action a);
   void Progress(const std::string& stage);
+  void EndPhase(const std::string& name);
+  void SendTimings(const std::vector<BootPhase>& guest, const std::optional<BootPhase>& last);
   void FinishProgress(const std::string& line);
   void FailBoot(const Error& error);
   void ReplyAll(std::vector<std::shared_ptr<std::promise<json>>>& waiters, const json& reply);
@@ -122,6 +126,13 @@ class Supervisor {
   int exit_code_ = 0;
   bool ephemeral_ = false;
   std::optional<Clock::time_point> deadline_;
+  // Boot phases on the host's clock (supervisor/boot_timings.h): the current phase began at
+  // phase_start_; QEMU answered QMP at qmp_up_; boot_start_ is the supervisor's start (or the
+  // reboot's) for the total.
+  Clock::time_point boot_start_ = Clock::now();
+  Clock::time_point phase_start_ = boot_start_;
+  Clock::time_point qmp_up_ = boot_start_;
+  std::vector<BootPhase> host_phases_;
 
   // Shared with connection threads.
   std::mutex mu_;
@@ -159,6 +170,30 @@ void Supervisor::Progress(const std::string& stage) {
       opts_.progress_fd = -1;
     }
   }
+}
+
+void Supervisor::EndPhase(const std::string& name) {
+  Clock::time_point now = Clock::now();
+  int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - phase_start_).count();
+  host_phases_.emplace_back(name, ms);
+  phase_start_ = now;
+  Log("timing: " + name + " " + std::to_string(ms) + " ms");
+}
+
+// The "timings" line for `start --timings`, before the final line: the host's phases so far,
+// the guest's, then `last` (the checkpoint).
+void Supervisor::SendTimings(const std::vector<BootPhase>& guest,
+                             const std::optional<BootPhase>& last) {
+  std::vector<BootPhase> all = host_phases_;
+  all.insert(all.end(), guest.begin(), guest.end());
+  if (last) all.push_back(*last);
+  all.emplace_back("total", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                Clock::now() - boot_start_).count());
+  std::string line = FormatTimingsLine(all);
+  Log("timing: " + line);
+  if (opts_.progress_fd < 0) return;
+  line += "\n";
+  (void)!write(opts_.progress_fd, line.data(), line.size());
 }
 
 void Supervisor::FinishProgress(const std::string& line) {
@@ -274,6 +309,10 @@ Status Supervisor::StartEgress() {
 
 Status Supervisor::Boot(bool resume) {
   ++generation_;
+  if (generation_ > 1) {  // a reboot: its phases from here (the first boot's include Init)
+    boot_start_ = phase_start_ = Clock::now();
+  }
+  host_phases_.clear();
   {
     std::lock_guard<std::mutex> l(mu_);
     phase_ = Phase::kBooting;
@@ -282,9 +321,11 @@ Status Supervisor::Boot(bool resume) {
   ASSIGN_OR_RETURN(LiveDisks disks, store_->EnsureSystemDisk(*lock_));
   ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
   ASSIGN_OR_RETURN(KernelFiles kernel, KernelFilesFor(config_));
+  EndPhase("disks");
 
   Progress("starting the egress proxy");
   RETURN_IF_ERROR(StartEgress());
+  EndPhase("proxy");
   Progress("building the metadata disk");
   // The plan (supervisor/boot_plan.h) is pure; LaunchQemu does the I/O and the spawn.
   BootInputs in;
@@ -295,6 +336,11 @@ Status Supervisor::Boot(bool resume) {
   in.accel = opts_.accel;
   in.sandbox = opts_.sandbox;
   if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) in.tcg_cpu = cpu;
+  if (const char* tb = std::getenv("CLOISTER_TCG_TB_SIZE"); tb) in.tcg_tb_size = tb;
+  if (const char* r = std::getenv("CLOISTER_FREE_PAGE_REPORTING"); r) in.free_page_reporting = r;
+  if (const char* v = std::getenv("CLOISTER_DISK_AIO"); v) in.disk_aio = v;
+  if (const char* v = std::getenv("CLOISTER_DISK_CACHE"); v) in.disk_cache = v;
+  if (const char* v = std::getenv("CLOISTER_DISK_IOTHREAD"); v) in.disk_iothread = v;
   if (const char* r = std::getenv("CLOISTER_GUEST_NPM_REGISTRY"); r && *r) in.npm_registry = r;
   in.config = config_;
   in.disks = disks;
@@ -306,6 +352,7 @@ Status Supervisor::Boot(bool resume) {
   launch.output_path = paths_.supervisor_log;
   launch.progress = [this](const std::string& stage) { Progress(stage); };
   launch.log = Log;
+  launch.phase = [this](const std::string& name) { EndPhase(name); };
   // The uid is allocated in the store's registry (unique within the store, issue 15 item 13).
   ASSIGN_OR_RETURN(launch.qemu_id, store_->QemuId(opts_.name));
   ASSIGN_OR_RETURN(qemu_pid_, LaunchQemu(plan, launch));
@@ -322,8 +369,22 @@ Status Supervisor::Boot(bool resume) {
   }).detach();
 
   ASSIGN_OR_RETURN(qmp_, QmpClient::Connect(paths_.qmp_socket, std::chrono::seconds(30)));
+  EndPhase("qemu-start");
+  qmp_up_ = Clock::now();
+  if (plan.spec.free_page_reporting) {
+    // The balloon QEMU made, read back: freed guest pages go back to the host (docs/design.md
+    // "Memory"); a QEMU without the property is logged, not fatal (memory, not a boundary).
+    auto fpr = qmp_->Execute("qom-get", {{"path", kBalloonQomPath},
+                                         {"property", "free-page-reporting"}});
+    Log(std::string("balloon: free page reporting ") +
+        (fpr.ok() && fpr->is_boolean() && fpr->get<bool>() ? "on" : "NOT on") +
+        (fpr.ok() ? "" : " (" + fpr.error().message() + ")"));
+  }
   top_nodes_ = {{kSystemNode, kSystemNode}, {kHomeNode, kHomeNode}};
-  if (resume) RETURN_IF_ERROR(Resume());
+  if (resume) {
+    RETURN_IF_ERROR(Resume());
+    EndPhase("resume");
+  }
 
   // The channel: QEMU listens on channel.sock; one connection carries the multiplexer.
   ASSIGN_OR_RETURN(int chan_fd, ConnectUnix(paths_.channel_socket));
@@ -375,6 +436,7 @@ Status Supervisor::Boot(bool resume) {
   }
   if (resume) {
     Progress("resumed");
+    SendTimings({}, std::nullopt);
     FinishProgress("ready resumed");
     deadline_.reset();
   } else {
@@ -561,12 +623,24 @@ void Supervisor::Handle(Action a) {
   switch (a.type) {
     case T::kReady: {
       Log("guest agent ready: " + a.info);
+      // SECURITY: the READY text is the guest's; its marks are parsed with bounds
+      // (supervisor/boot_timings.h) and only ever printed as numbers.
+      std::vector<BootPhase> guest;
+      if (auto marks = ParseGuestMarks(a.info); marks.ok()) {
+        guest = GuestPhases(*marks, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        a.at - qmp_up_).count());
+      } else {
+        Log("timing: " + marks.error().message());
+      }
       Progress("taking the proven-boot checkpoint");
+      Clock::time_point cp = Clock::now();
       if (Status st = TakeProvenBootCheckpoint(); !st.ok()) {
         Log("warning: proven-boot checkpoint failed: " + st.error().ToString());
       }
       set_phase(rule.next);
       deadline_.reset();
+      SendTimings(guest, BootPhase{"checkpoint", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                     Clock::now() - cp).count()});
       Progress("ready");
       FinishProgress("ready " + a.info);
       ReplyAll(ready_waiters_, StatusReply());

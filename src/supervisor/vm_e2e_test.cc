@@ -287,10 +287,68 @@ TEST_F(VmE2eTest, GuestHasNoNetworkRouteButTheChannel) {
   Stop("net");
 }
 
+// `start --timings` prints "PHASE MS" rows (names from supervisor/boot_timings.h), then the
+// total; every value a number, none above the total. Returns the rows by name.
+std::map<std::string, long long> ParseTimingsTable(const std::string& out) {
+  std::map<std::string, long long> rows;
+  std::istringstream in(out);
+  std::string line;
+  EXPECT_TRUE(std::getline(in, line));
+  EXPECT_EQ(Trim(line).substr(0, 5), "PHASE") << out;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string name, ms, extra;
+    EXPECT_TRUE(l >> name >> ms) << line;
+    EXPECT_FALSE(l >> extra) << line;
+    EXPECT_FALSE(ms.empty());
+    EXPECT_EQ(ms.find_first_not_of("0123456789"), std::string::npos) << line;
+    EXPECT_EQ(rows.count(name), 0u) << name << " twice in\n" << out;
+    rows[name] = std::atoll(ms.c_str());
+  }
+  EXPECT_EQ(rows.count("total"), 1u) << out;
+  for (const auto& [name, ms] : rows) EXPECT_LE(ms, rows["total"]) << name << "\n" << out;
+  return rows;
+}
+
+// Also: `start --timings` on a fresh boot and on the resume, and the balloon with free page
+// reporting read back over QMP (the supervisor's log line).
 TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   Create("ss");
-  Start("ss");
+  auto started = Cloister({"start", "ss", "--accel", "tcg", "--timings"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  auto boot = ParseTimingsTable(started.out);
+  for (const char* phase : {"disks", "proxy", "metadata-disk", "qemu-spawn", "qemu-start",
+                            "firmware", "kernel", "init-to-hook", "agent-setup",
+                            "terminal-probe", "tmux", "checkpoint"}) {
+    EXPECT_EQ(boot.count(phase), 1u) << phase << " missing from\n" << started.out;
+  }
+  std::cerr << "[start --timings]\n" << started.out;
+  std::string log = testing::Slurp(RunPathsFor(*store_, "ss").supervisor_log);
+  EXPECT_NE(log.find("balloon: free page reporting on"), std::string::npos) << log;
+  // SECURITY: no mapping of QEMU (guest RAM above all) is KSM-mergeable ("mg" in VmFlags):
+  // pages are never merged across workspaces, even on a host that turns KSM on.
+  {
+    int qemu = DeriveStatus(RunPathsFor(*store_, "ss")).info.value("qemu_pid", -1);
+    ASSERT_GT(qemu, 0);
+    std::string smaps = testing::Slurp("/proc/" + std::to_string(qemu) + "/smaps");
+    ASSERT_NE(smaps.find("VmFlags:"), std::string::npos);
+    std::istringstream lines(smaps);
+    int mergeable = 0;
+    for (std::string l; std::getline(lines, l);) {
+      if (StartsWith(l, "VmFlags:") && (l + " ").find(" mg ") != std::string::npos) ++mergeable;
+    }
+    EXPECT_EQ(mergeable, 0) << "QEMU marked guest memory MADV_MERGEABLE";
+  }
   int code = -1;
+  // The guest's balloon driver negotiated free page reporting (virtio device 5, feature bit 5,
+  // VIRTIO_BALLOON_F_REPORTING): freed guest pages go back to the host.
+  std::string features = Trim(Exec("ss",
+                                   "for d in /sys/bus/virtio/devices/*; do "
+                                   "if [ \"$(cat $d/device)\" = 0x0005 ]; then cat $d/features; fi; done",
+                                   &code, "root"));
+  EXPECT_EQ(code, 0);
+  ASSERT_GT(features.size(), 5u) << "no virtio balloon in the guest";
+  EXPECT_EQ(features[5], '1') << "free page reporting not negotiated: " << features;
   std::string pid = Trim(Exec("ss", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!", &code));
   ASSERT_EQ(code, 0);
   ASSERT_FALSE(pid.empty());
@@ -298,9 +356,13 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "ss")).state, VmState::kSuspended);
   EXPECT_TRUE(fs::exists(store_->Paths("ss").suspend_state));
-  r = Cloister({"start", "ss"});
+  r = Cloister({"start", "ss", "--timings"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("resum"), std::string::npos) << r.err;
+  auto resumed = ParseTimingsTable(r.out);
+  EXPECT_EQ(resumed.count("resume"), 1u) << r.out;
+  EXPECT_EQ(resumed.count("kernel"), 0u) << r.out;  // no guest boot on a resume
+  std::cerr << "[resume --timings]\n" << r.out;
   EXPECT_FALSE(fs::exists(store_->Paths("ss").suspend_state));
   Exec("ss", "kill -0 " + pid, &code);
   EXPECT_EQ(code, 0) << "process " << pid << " did not survive suspend/resume";

@@ -52,10 +52,19 @@ Status CheckFormat(const DiskSpec& disk) {
   return OkStatus();
 }
 
+// I/O settings of a writable disk's top file (the backing layers keep QEMU's defaults).
+struct DiskIo {
+  std::string aio = "threads";
+  bool cache_direct = false;
+  std::string iothread;  // "" = the main loop
+};
+
 void AddDisk(std::vector<std::string>& argv, const std::string& node, const DiskSpec& disk,
-             bool read_only, bool discard) {
+             bool read_only, bool discard, const DiskIo& io = {}) {
   std::string file = "driver=file,node-name=" + node + "-file,filename=" +
                      QemuOptEscape(disk.path);
+  if (io.aio != "threads") file += ",aio=" + io.aio;
+  if (io.cache_direct) file += ",cache.direct=on";
   std::string fmt = "driver=" + disk.format + ",node-name=" + node + ",file=" + node + "-file";
   if (disk.backing && !disk.backing->empty()) {
     // Bottom-up, each layer read-only, named NODE-lI (l0 = the top's backing).
@@ -80,8 +89,13 @@ void AddDisk(std::vector<std::string>& argv, const std::string& node, const Disk
     file += ",discard=unmap";
     fmt += ",discard=unmap,detect-zeroes=unmap";
   }
-  argv.insert(argv.end(), {"-blockdev", file, "-blockdev", fmt, "-device",
-                           "virtio-blk-pci,drive=" + node + ",id=" + node + "-blk"});
+  if (io.cache_direct) fmt += ",cache.direct=on";
+  std::string dev = "virtio-blk-pci,drive=" + node + ",id=" + node + "-blk";
+  if (!io.iothread.empty()) {
+    argv.insert(argv.end(), {"-object", "iothread,id=" + io.iothread});
+    dev += ",iothread=" + io.iothread;
+  }
+  argv.insert(argv.end(), {"-blockdev", file, "-blockdev", fmt, "-device", dev});
 }
 
 }  // namespace
@@ -133,6 +147,10 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: bad TCG CPU model '" + spec.tcg_cpu + "'",
                  "letters, digits and _.,=+- only, e.g. max,erms=off");
   }
+  if (spec.tcg_tb_size_mib < 0 || spec.tcg_tb_size_mib > 4096) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: TCG tb-size must be 0..4096 MiB",
+                 "CLOISTER_TCG_TB_SIZE=256 (MiB), or 0 for QEMU's default");
+  }
   if (spec.extra_cmdline.find_first_of("\n\0", 0, 2) != std::string::npos) {
     return Error(ErrorCode::kInvalidArgument, "VM spec: kernel command line has a control character");
   }
@@ -145,20 +163,38 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
   argv.insert(argv.end(), {"-name", QemuOptEscape("cloister-" + spec.name) + ",debug-threads=on",
                            "-nodefaults", "-no-user-config", "-vga", "none",
                            "-display", "none", "-no-reboot"});
+  // SECURITY: mem-merge=off: guest RAM is never marked MADV_MERGEABLE, so KSM (if the host turns
+  // it on) cannot merge pages across workspaces, a cross-tenant side channel (threat-model.md).
   if (spec.accel == Accel::kKvm) {
-    argv.insert(argv.end(), {"-machine", "q35,accel=kvm", "-cpu", "host"});
+    argv.insert(argv.end(), {"-machine", "q35,accel=kvm,mem-merge=off", "-cpu", "host"});
   } else {
-    argv.insert(argv.end(), {"-machine", "q35,accel=tcg", "-cpu", spec.tcg_cpu});
+    std::string accel = "tcg";
+    if (spec.tcg_tb_size_mib > 0) accel += ",tb-size=" + std::to_string(spec.tcg_tb_size_mib);
+    argv.insert(argv.end(), {"-machine", "q35,mem-merge=off", "-accel", accel, "-cpu", spec.tcg_cpu});
   }
   argv.insert(argv.end(), {"-smp", std::to_string(spec.cpus), "-m", std::to_string(spec.memory_mib)});
   argv.insert(argv.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
                            KernelCmdline(spec)});
+  if (spec.disk_aio != "threads" && spec.disk_aio != "io_uring" && spec.disk_aio != "native") {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: disk aio '" + spec.disk_aio + "'",
+                 "threads, io_uring or native");
+  }
+  if (spec.disk_aio == "native" && !spec.disk_cache_direct) {
+    return Error(ErrorCode::kInvalidArgument, "VM spec: aio=native needs cache=none (O_DIRECT)",
+                 "CLOISTER_DISK_CACHE=none with CLOISTER_DISK_AIO=native");
+  }
+  DiskIo system_io{spec.disk_aio, spec.disk_cache_direct, spec.disk_iothread ? "io-system" : ""};
+  DiskIo home_io{spec.disk_aio, spec.disk_cache_direct, spec.disk_iothread ? "io-home" : ""};
   // Disks in the contract's order: vda, vdb, vdc (virtio-blk names follow PCI order).
-  AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true);
-  AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true);
+  AddDisk(argv, kSystemNode, spec.system_disk, /*read_only=*/false, /*discard=*/true, system_io);
+  AddDisk(argv, kHomeNode, spec.home_disk, /*read_only=*/false, /*discard=*/true, home_io);
   AddDisk(argv, kMetaNode, DiskSpec{spec.meta_disk, "raw", std::nullopt}, /*read_only=*/true, /*discard=*/false);
   argv.insert(argv.end(), {"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device",
                            "virtio-rng-pci,rng=rng0"});
+  if (spec.free_page_reporting) {
+    argv.insert(argv.end(), {"-device", std::string("virtio-balloon-pci,id=") + kBalloonId +
+                                            ",free-page-reporting=on"});
+  }
   // SECURITY: restrict=on isolates the guest from the host and the outside; no hostfwd/guestfwd.
   argv.insert(argv.end(), {"-netdev", "user,id=net0,restrict=on", "-device",
                            "virtio-net-pci,netdev=net0,mac=" + spec.mac});

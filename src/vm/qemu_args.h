@@ -49,6 +49,16 @@ struct ShareSpec {
 // loops. bench/tcg_cpu_bench measures both models side by side. KVM keeps `-cpu host`.
 inline constexpr char kTcgCpuModel[] = "max,erms=off,fsrm=off";
 
+// TCG's translation cache (MiB) instead of QEMU's 1 GiB default, which a busy guest fills on top
+// of its RAM and QEMU never gives back. bench/memory_bench compares 64, 256 and 1024 side by side
+// (docs/design.md "Density figures": 219 MiB less idle RSS at 256; the guest-speed difference was
+// within the noise of a host at load 20+, so the lead's rerun on a quiet host decides).
+inline constexpr int kTcgTbSizeMib = 256;
+
+// The QOM path and id of the balloon device (`qom-get PATH free-page-reporting` reads it back).
+inline constexpr char kBalloonId[] = "balloon0";
+inline constexpr char kBalloonQomPath[] = "/machine/peripheral/balloon0";
+
 struct VmSpec {
   std::string qemu_binary = "qemu-system-x86_64";
   std::string name;  // workspace name, for -name and the kernel hostname hint
@@ -76,6 +86,21 @@ struct VmSpec {
   // -cpu under TCG ([A-Za-z0-9_.,=+-], at most 128 characters); the supervisor takes
   // CLOISTER_TCG_CPU when set (benchmarks compare models with it).
   std::string tcg_cpu = kTcgCpuModel;
+  // TCG's translation cache in MiB (`-accel tcg,tb-size=N`; 0 = QEMU's default, 1 GiB on a
+  // 64-bit host, which a busy guest fills and QEMU never gives back). The supervisor takes
+  // CLOISTER_TCG_TB_SIZE when set; bench/memory_bench measures sizes against guest speed and RSS.
+  int tcg_tb_size_mib = kTcgTbSizeMib;
+  // A virtio-balloon with free page reporting (`-device virtio-balloon-pci,free-page-reporting=on`):
+  // the guest's kernel reports pages it freed (in 2 MiB runs) and QEMU discards them, so guest
+  // RAM once touched goes back to the host. The balloon is never inflated (no size target).
+  bool free_page_reporting = true;
+  // The system and home disks' I/O (bench/disk_bench compares them): QEMU's aio engine
+  // ("threads", "io_uring" or "native"; native needs cache_direct), O_DIRECT on the image files
+  // (cache=none), and an iothread per disk. The supervisor takes CLOISTER_DISK_AIO,
+  // CLOISTER_DISK_CACHE (writeback|none) and CLOISTER_DISK_IOTHREAD (0|1).
+  std::string disk_aio = "threads";
+  bool disk_cache_direct = false;
+  bool disk_iothread = false;
 };
 
 // Validates the spec (required paths present, MAC and share tags well-formed, no NUL) and returns

@@ -143,10 +143,22 @@ TEST(QemuArgsTest, PassedFdsSocketsAndExplicitBackingChain) {
 TEST(QemuArgsTest, AccelSelectsMachine) {
   VmSpec s = Spec();
   s.accel = Accel::kKvm;
-  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=kvm"});
+  // SECURITY: no KSM merging of guest RAM across workspaces (mem-merge=off) on either accel.
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"),
+            std::vector<std::string>{"q35,accel=kvm,mem-merge=off"});
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"host"});
+  EXPECT_TRUE(Values(*BuildQemuArgv(s), "-accel").empty());
   s.accel = Accel::kTcg;
-  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,accel=tcg"});
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-machine"), std::vector<std::string>{"q35,mem-merge=off"});
+  // TCG's translation cache is capped (QEMU's default is 1 GiB, never given back).
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-accel"), std::vector<std::string>{"tcg,tb-size=256"});
+  s.tcg_tb_size_mib = 0;
+  EXPECT_EQ(Values(*BuildQemuArgv(s), "-accel"), std::vector<std::string>{"tcg"});
+  for (int bad : {-1, 4097}) {
+    s.tcg_tb_size_mib = bad;
+    EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
+  }
+  s.tcg_tb_size_mib = kTcgTbSizeMib;
   // TCG: everything it emulates but the fast-string hints (rep movsb runs a byte per iteration).
   EXPECT_EQ(Values(*BuildQemuArgv(s), "-cpu"), std::vector<std::string>{"max,erms=off,fsrm=off"});
   s.tcg_cpu = "max";
@@ -156,6 +168,49 @@ TEST(QemuArgsTest, AccelSelectsMachine) {
     s.tcg_cpu = bad;
     EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
   }
+}
+
+TEST(QemuArgsTest, BalloonWithFreePageReportingGivesFreedGuestPagesBack) {
+  VmSpec s = Spec();
+  for (Accel accel : {Accel::kTcg, Accel::kKvm}) {
+    s.accel = accel;
+    auto argv = BuildQemuArgv(s);
+    ASSERT_TRUE(argv.ok());
+    EXPECT_TRUE(Has(Values(*argv, "-device"),
+                    "virtio-balloon-pci,id=balloon0,free-page-reporting=on"));
+  }
+  s.free_page_reporting = false;  // the benches' "reporting off" side
+  for (const std::string& d : Values(*BuildQemuArgv(s), "-device")) {
+    EXPECT_EQ(d.find("balloon"), std::string::npos) << d;
+  }
+}
+
+TEST(QemuArgsTest, DiskIoChoicesApplyToSystemAndHomeOnly) {
+  VmSpec s = Spec();
+  auto plain = BuildQemuArgv(s);
+  ASSERT_TRUE(plain.ok());
+  for (const std::string& b : Values(*plain, "-blockdev")) {
+    EXPECT_EQ(b.find("aio="), std::string::npos) << b;
+    EXPECT_EQ(b.find("cache.direct"), std::string::npos) << b;
+  }
+  EXPECT_TRUE(Values(*plain, "-object").size() == 1u);  // the rng only
+  s.disk_aio = "native";
+  s.disk_cache_direct = true;
+  s.disk_iothread = true;
+  auto argv = BuildQemuArgv(s);
+  ASSERT_TRUE(argv.ok()) << argv.error().ToString();
+  auto blockdevs = Values(*argv, "-blockdev");
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=system-file,filename=/ws/disk.qcow2,aio=native,"
+                             "cache.direct=on,discard=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=home-file,filename=/ws/home.img,aio=native,"
+                             "cache.direct=on,discard=unmap"));
+  EXPECT_TRUE(Has(blockdevs, "driver=file,node-name=meta-file,filename=/ws/run/meta.img,read-only=on"));
+  EXPECT_TRUE(Has(Values(*argv, "-object"), "iothread,id=io-system"));
+  EXPECT_TRUE(Has(Values(*argv, "-device"), "virtio-blk-pci,drive=home,id=home-blk,iothread=io-home"));
+  s.disk_cache_direct = false;  // native without O_DIRECT: refused
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
+  s.disk_aio = "posix";
+  EXPECT_FALSE(BuildQemuArgv(s).ok());
 }
 
 TEST(QemuArgsTest, CommasInPathsAreEscaped) {
