@@ -1,5 +1,12 @@
 #include "oauth/wiring.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "vault/crypto.h"
 #include "vault/placeholder.h"
 
@@ -53,8 +60,28 @@ Result<std::shared_ptr<OauthFilter>> AddOauthFilters(proxy::ProxyConfig& cfg,
   return filter;
 }
 
-LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::KeyBackend backend) {
-  return [location, backend](const vault::Credential& login) -> Status {
+LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::KeyBackend backend,
+                                       std::string lock_path) {
+  return [location, backend, lock_path](const vault::Credential& login) -> Status {
+    int fd = -1;
+    if (!lock_path.empty()) {
+      fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        return Error(ErrorCode::kIo, "open " + lock_path + ": " + std::strerror(errno));
+      }
+      while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        close(fd);
+        return Error(ErrorCode::kIo, "flock " + lock_path + ": " + std::strerror(e));
+      }
+    }
+    struct Unlock {
+      int fd;
+      ~Unlock() {
+        if (fd >= 0) close(fd);  // closing releases the flock
+      }
+    } unlock{fd};
     ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(location, backend));
     if (v.Find(login.id) == nullptr) {
       // `cred rm` ran while the workspace was up: the login was let go, do not resurrect it.

@@ -22,8 +22,12 @@ namespace cloister::oauth {
 Result<std::shared_ptr<OauthFilter>> AddOauthFilters(proxy::ProxyConfig& cfg,
                                                      LoginCustody::PersistFn persist);
 
-// The persist function of a running workspace: opens the vault at `location`, replaces the
-// login (same id), saves atomically. Used by the supervisor's egress wiring.
-LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::KeyBackend backend);
+// The persist function of a running workspace: under `lock_path` (flock, exclusive; the store's
+// config lock that `cloister cred` takes while the VM runs, so a concurrent `cred add` and a
+// refresh never lose each other's change; "" = no lock), opens the vault at `location`, replaces
+// the login (same id), saves atomically (write, fsync, rename). A login that `cred rm` removed
+// meanwhile is not written back (kNotFound). Used by the supervisor's egress wiring.
+LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::KeyBackend backend,
+                                       std::string lock_path = "");
 
 }  // namespace cloister::oauth

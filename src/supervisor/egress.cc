@@ -114,7 +114,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
                                             vault::VaultLocation{options.keys_dir,
                                                                  options.secrets_file,
                                                                  options.workspace},
-                                            options.key_backend)));
+                                            options.key_backend, options.config_lock)));
   (void)oauth;
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
   cfg.on_compromise = std::move(options.on_compromise);
