@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oauth/test_util.h"
+#include "oauth/oauth_filter.h"
 #include "oauth/wiring.h"
 #include "vault/placeholder.h"
 
@@ -163,6 +164,45 @@ TEST(VaultPersisterTest, ReportsARealSaveFailureAndLeavesNoFile) {
   EXPECT_EQ(back.error().code(), ErrorCode::kNotFound);
   auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
   EXPECT_EQ(v->Find(b.credential.id), nullptr);
+}
+
+// The filter swaps the access placeholder only toward the login's API scope (the detector trips
+// first for any other host; this is the second lock), and only in a Bearer Authorization.
+TEST_P(CustodyTest, FilterSwapsOnlyTowardTheApiScope) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  auto login = std::make_shared<LoginCustody>(b, [](const vault::Credential&) { return OkStatus(); });
+  OauthFilter f({login});
+  auto head = [&](const std::string& host, const std::string& auth) {
+    proxy::RequestHead h;
+    h.method = "GET";
+    h.target = "/v1/messages";
+    h.host = host;
+    h.headers = {{"Authorization", auth}};
+    return h;
+  };
+  std::string api = b.credential.hosts.front();
+  auto in = head(api, "Bearer " + b.placeholder);
+  auto v = f.OnRequestHead(in);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->handled);
+  EXPECT_EQ(in.headers[0].second, "Bearer " + p.access());
+  auto sub = head("eu." + api, "Bearer " + b.placeholder);  // a subdomain is in scope
+  ASSERT_TRUE(f.OnRequestHead(sub).ok());
+  EXPECT_EQ(sub.headers[0].second, "Bearer " + p.access());
+  for (const std::string& host : {std::string("evil") + api, std::string("example.test"),
+                                  api + ".example.test"}) {
+    auto out = head(host, "Bearer " + b.placeholder);
+    auto w = f.OnRequestHead(out);
+    ASSERT_TRUE(w.ok());
+    EXPECT_FALSE(w->handled) << host;
+    EXPECT_EQ(out.headers[0].second, "Bearer " + b.placeholder) << host;
+  }
+  auto basic = head(api, "Basic " + b.placeholder);
+  ASSERT_TRUE(f.OnRequestHead(basic).ok());
+  EXPECT_EQ(basic.headers[0].second, "Basic " + b.placeholder);
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, CustodyTest, ::testing::Values(false, true),

@@ -165,6 +165,19 @@ TEST_P(OauthProxyTest, PlaceholderToAnotherHostTripsTheDetector) {
   }
 }
 
+// ChatGPT: the JWT placeholder's payload follows the real token (it changes at every refresh), so
+// the detector knows it by its signature: a placeholder JWT with any payload trips it.
+TEST_P(OauthProxyTest, JwtPlaceholderWithAnotherPayloadStillTripsTheDetector) {
+  if (!GetParam().jwt) GTEST_SKIP() << "Claude's placeholders are not JWTs";
+  std::string ph = login.placeholder;
+  size_t a = ph.find('.'), b = ph.rfind('.');
+  std::string other = ph.substr(0, a) + ".eyJleHAiOjF9" + ph.substr(b);  // {"exp":1}
+  auto r = Api(other, "elsewhere.example");
+  EXPECT_EQ(r.code, 451) << r.body;
+  ASSERT_EQ(env.Events().size(), 1u);
+  EXPECT_EQ(env.Events()[0].credential, login.credential.id);
+}
+
 TEST_P(OauthProxyTest, RefreshPlaceholderToTheApiHostTripsTheDetector) {
   const Case& k = GetParam();
   auto a = Curl(k.api_host, k.api_path, {"-H", "X-Session: " + login.refresh_placeholder});
