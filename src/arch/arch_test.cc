@@ -6,7 +6,7 @@
 //   - the source includes, `#include "module/..."` in each module's product files (src/MODULE/,
 //     not its tests or test fixtures), each a module edge.
 // Forbidden edges (who may not depend on whom):
-//   runner (cloister_vm, src/vm)      -> proxy, aws, sshagent (the wire boundary is the supervisor's)
+//   runner (cloister_vm, src/vm)      -> proxy, aws, oauth, sshagent (the wire boundary is the supervisor's)
 //   store                             -> vm, supervisor, cli
 //   catalog                           -> store (and everything above it)
 //   proxy, sshagent                   -> cli
@@ -52,11 +52,11 @@ struct ModuleRule {
 
 const std::vector<std::string> kHostModules = {
     "audit", "aws",      "catalog",    "cli",   "image", "lifecycle", "proxy",
-    "sshagent", "store", "supervisor", "transfer", "vault", "vm"};
+    "sshagent", "store", "supervisor", "transfer", "vault", "vm", "oauth"};
 
 std::vector<ModuleRule> Rules() {
   return {
-      {"vm", {"proxy", "aws", "sshagent"}, {},
+      {"vm", {"proxy", "aws", "oauth", "sshagent"}, {},
        "the QEMU runner never holds the wire boundary (the supervisor wires it)"},
       {"store", {"vm", "supervisor", "cli"}, {}, "the store sits below the VM and the CLI"},
       {"catalog", {"store", "vm", "supervisor", "cli", "proxy", "sshagent", "image"}, {},

@@ -5,6 +5,7 @@
 
 #include "aws/proxy_filter.h"
 #include "base/strings.h"
+#include "oauth/wiring.h"
 #include "proxy/ca.h"
 #include "proxy/trace.h"
 #include "sshagent/guest_ssh.h"
@@ -106,6 +107,15 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   ASSIGN_OR_RETURN(cfg.trace, proxy::TraceSink::Open(options.trace_log));
   ASSIGN_OR_RETURN(int aws, aws::AddAwsFilters(cfg));
   (void)aws;
+  // Subscription logins (oauth/wiring.h): access token swap, host-side refresh saved to this
+  // workspace's vault, and the token endpoint guard (always on).
+  ASSIGN_OR_RETURN(auto oauth, oauth::AddOauthFilters(
+                                   cfg, oauth::VaultPersister(
+                                            vault::VaultLocation{options.keys_dir,
+                                                                 options.secrets_file,
+                                                                 options.workspace},
+                                            options.key_backend, options.config_lock)));
+  (void)oauth;
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
   cfg.on_compromise = std::move(options.on_compromise);
   cfg.resolve = std::move(options.resolve);

@@ -58,6 +58,9 @@ struct EgressOptions {
   std::string keys_dir;      // <store>/keys
   std::string secrets_file;  // <workspace>/secrets.enc
   std::string trace_log;     // <workspace>/trace.jsonl
+  // The lock `cloister cred` holds to change the secrets file while the VM runs (the store's
+  // config lock); a subscription login's refresh takes it to save the rotated tokens. "" = none.
+  std::string config_lock;
   std::string guest_home = protocol::kGuestHome;
   vault::KeyBackend key_backend = vault::KeyBackendFromEnv();  // as `cloister cred` uses it
   // Runs on a proxy thread when a placeholder is caught going out of its scope.

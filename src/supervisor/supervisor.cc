@@ -255,6 +255,7 @@ Status Supervisor::StartEgress() {
   eo.keys_dir = store_->root() + "/" + std::string(layout::kKeysDir);
   eo.secrets_file = wp.secrets;
   eo.trace_log = wp.trace_log;
+  eo.config_lock = wp.config_lock;
   std::string name = opts_.name;
   Store* store = store_.get();
   eo.on_compromise = [this, store, name](const proxy::CompromiseEvent& e) {

@@ -7,8 +7,8 @@
 namespace cloister::vault {
 namespace {
 
-const std::array<KindInfo, 6>& Kinds() {
-  static const std::array<KindInfo, 6> kinds = {{
+const std::array<KindInfo, 8>& Kinds() {
+  static const std::array<KindInfo, 8> kinds = {{
       {CredentialKind::kAnthropic, "anthropic", {"api.anthropic.com"},
        {"x-api-key", "authorization"}, {"ANTHROPIC_API_KEY"}, true},
       {CredentialKind::kOpenai, "openai", {"api.openai.com"}, {"authorization"},
@@ -23,6 +23,13 @@ const std::array<KindInfo, 6>& Kinds() {
       // No header substitution and no env var placeholder of its own: the guest env is built in
       // guest_files.cc (key id, placeholder secret and token) and the proxy's AWS filter re-signs.
       {CredentialKind::kAws, "aws", {"amazonaws.com"}, {}, {}, false},
+      // Subscription logins: the API hosts that take the access token (Claude Code 2.1.332:
+      // BASE_API_URL; Codex 0.171.0: chatgpt.com/backend-api). No header list: the oauth filter
+      // swaps (the access token rotates), and no env var (the guest gets a credentials file).
+      {CredentialKind::kClaudeSubscription, "claude-subscription", {"api.anthropic.com"}, {}, {},
+       true},
+      {CredentialKind::kChatgptSubscription, "chatgpt-subscription", {"chatgpt.com"}, {}, {},
+       true},
   }};
   return kinds;
 }
@@ -46,7 +53,8 @@ Result<CredentialKind> ParseKind(std::string_view name) {
     if (lower == k.name) return k.kind;
   }
   return Error(ErrorCode::kInvalidArgument, "unknown credential kind: " + std::string(name),
-               "kinds: anthropic, openai, github, gitlab, header, aws");
+               "kinds: anthropic, openai, github, gitlab, header, aws (subscription logins: "
+               "`cloister cred import NAME claude|codex`)");
 }
 
 const char* KindName(CredentialKind kind) { return InfoFor(kind).name; }
@@ -95,6 +103,11 @@ Result<Credential> MakeCredential(CredentialKind kind, std::string value,
                                   const std::vector<std::string>& hosts, std::string_view header,
                                   bool body_substitution) {
   // SECURITY: the value is never echoed in an error message.
+  if (IsSubscriptionKind(kind)) {
+    return Error(ErrorCode::kInvalidArgument,
+                 std::string("a ") + KindName(kind) + " login is not added by value",
+                 "take a host login into custody with `cloister cred import NAME claude|codex`");
+  }
   while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
   if (value.size() < 8 || value.size() > 4096) {
     return Error(ErrorCode::kInvalidArgument, "credential value must be 8 to 4096 bytes long");
@@ -192,6 +205,81 @@ Result<Credential> MakeAwsCredential(std::string access_key_id, std::string secr
   cred.aws_access_key_id = std::move(access_key_id);
   cred.aws_session_token = std::move(session_token);
   cred.aws_region = std::move(region);
+  return cred;
+}
+
+bool IsSubscriptionKind(CredentialKind kind) {
+  return kind == CredentialKind::kClaudeSubscription ||
+         kind == CredentialKind::kChatgptSubscription;
+}
+
+std::vector<std::string> DefaultTokenHosts(CredentialKind kind) {
+  // Claude Code 2.1.332: TOKEN_URL https://platform.claude.com/v1/oauth/token (older versions:
+  // console.anthropic.com). Codex 0.171.0: https://auth.openai.com/oauth/token.
+  if (kind == CredentialKind::kClaudeSubscription) {
+    return {"platform.claude.com", "console.anthropic.com"};
+  }
+  if (kind == CredentialKind::kChatgptSubscription) return {"auth.openai.com"};
+  return {};
+}
+
+Result<Credential> MakeOauthCredential(CredentialKind kind, std::string access_token,
+                                       OauthLogin login, const std::vector<std::string>& hosts) {
+  if (!IsSubscriptionKind(kind)) {
+    return Error(ErrorCode::kInvalidArgument, "not a subscription kind: " +
+                                                  std::string(KindName(kind)));
+  }
+  // SECURITY: no token is echoed in an error message.
+  auto check = [](const std::string& what, const std::string& v, bool required) -> Status {
+    if (v.empty() && !required) return OkStatus();
+    if (v.size() < 8 || v.size() > 16384) {
+      return Error(ErrorCode::kInvalidArgument, what + " must be 8 to 16384 bytes long",
+                   "import the client's own credentials file (`cloister cred import NAME "
+                   "claude|codex`)");
+    }
+    for (char c : v) {
+      if (c <= 0x20 || c >= 0x7f) {
+        return Error(ErrorCode::kInvalidArgument, what + " must be printable ASCII without spaces");
+      }
+    }
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(check("access token", access_token, true));
+  RETURN_IF_ERROR(check("refresh token", login.refresh_token, true));
+  RETURN_IF_ERROR(check("id token", login.id_token, kind == CredentialKind::kChatgptSubscription));
+  auto plain = [](const std::string& v) {
+    if (v.size() > 256) return false;
+    for (char c : v) {
+      if (c < 0x20 || c >= 0x7f) return false;
+    }
+    return true;
+  };
+  if (!plain(login.plan) || !plain(login.account) || !plain(login.account_id) ||
+      !plain(login.rate_limit_tier) || login.scopes.size() > 64) {
+    return Error(ErrorCode::kInvalidArgument, "login metadata (plan, account, scopes) malformed");
+  }
+  for (const std::string& s : login.scopes) {
+    if (!plain(s) || s.find(' ') != std::string::npos) {
+      return Error(ErrorCode::kInvalidArgument, "malformed scope in the login");
+    }
+  }
+  Credential cred;
+  cred.kind = kind;
+  cred.id = KindName(kind);
+  cred.value = std::move(access_token);
+  for (const std::string& host : hosts) {
+    ASSIGN_OR_RETURN(std::string h, NormalizeScopeHost(host));
+    cred.hosts.push_back(h);
+  }
+  if (cred.hosts.empty()) cred.hosts = InfoFor(kind).default_hosts;
+  std::vector<std::string> token_hosts;
+  for (const std::string& host : login.token_hosts) {
+    ASSIGN_OR_RETURN(std::string h, NormalizeScopeHost(host));
+    token_hosts.push_back(h);
+  }
+  if (token_hosts.empty()) token_hosts = DefaultTokenHosts(kind);
+  login.token_hosts = std::move(token_hosts);
+  cred.oauth = std::move(login);
   return cred;
 }
 

@@ -5,6 +5,7 @@
 // other file, environment variable, log, trace, or anything that reaches the guest.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,7 +15,13 @@
 
 namespace cloister::vault {
 
-enum class CredentialKind { kAnthropic, kOpenai, kGithub, kGitlab, kHeader, kAws };
+enum class CredentialKind {
+  kAnthropic, kOpenai, kGithub, kGitlab, kHeader, kAws,
+  // Subscription (OAuth) logins, taken into custody by `cred import` (oauth/): the access token is
+  // `value`, the rest is in Credential::oauth. No header substitution of their own: the proxy's
+  // oauth filter swaps the current access token (it rotates) and answers refreshes.
+  kClaudeSubscription, kChatgptSubscription,
+};
 
 // Static facts about a kind.
 struct KindInfo {
@@ -30,6 +37,22 @@ const KindInfo& InfoFor(CredentialKind kind);
 Result<CredentialKind> ParseKind(std::string_view name);
 const char* KindName(CredentialKind kind);
 
+// A subscription login (kClaudeSubscription, kChatgptSubscription). Only the fields marked
+// SECURITY are secret; the rest is shown by `cred ls` and written into the guest's credentials file.
+struct OauthLogin {
+  std::string refresh_token;  // SECURITY: real, single use (the provider rotates it)
+  std::string id_token;       // SECURITY: real (ChatGPT only: an OpenID JWT)
+  int64_t expires_at_ms = 0;  // the access token's expiry (unix ms); 0 unknown
+  std::vector<std::string> scopes;  // as granted (Claude checks user:inference)
+  std::string plan;           // subscriptionType (Claude) / chatgpt_plan_type (ChatGPT)
+  std::string rate_limit_tier;  // Claude's rateLimitTier, "" if none
+  std::string account;        // email or account id, for `cred ls` (not secret)
+  std::string account_id;     // ChatGPT account id (tokens.account_id; sent as a header)
+  int64_t last_refresh = 0;   // unix seconds of the last refresh (or import)
+  // Hosts (exact or subdomain) of the token endpoint: the refresh token's scope.
+  std::vector<std::string> token_hosts;
+};
+
 struct Credential {
   CredentialKind kind = CredentialKind::kHeader;
   // Unique within a workspace: the kind's name, or "header:<lower-case header name>".
@@ -43,7 +66,13 @@ struct Credential {
   std::string aws_access_key_id;  // not secret: the guest gets the real one
   std::string aws_session_token;  // SECURITY: secret; empty for long-term keys
   std::string aws_region;         // optional, e.g. "eu-west-1"
+  OauthLogin oauth;               // subscription kinds only
 };
+
+// True for kClaudeSubscription and kChatgptSubscription.
+bool IsSubscriptionKind(CredentialKind kind);
+// The token endpoint hosts of a subscription kind (the refresh token's default scope).
+std::vector<std::string> DefaultTokenHosts(CredentialKind kind);
 
 // The id a credential of this kind (and header) gets.
 std::string CredentialId(CredentialKind kind, std::string_view header);
@@ -74,5 +103,13 @@ Result<Credential> MakeCredential(CredentialKind kind, std::string value,
 Result<Credential> MakeAwsCredential(std::string access_key_id, std::string secret,
                                      std::string session_token, std::string region,
                                      const std::vector<std::string>& hosts);
+
+// Builds and validates a subscription login (kind kClaudeSubscription or kChatgptSubscription,
+// id = the kind's name): access and refresh tokens (and the ChatGPT id token) printable ASCII
+// without spaces, 8..16384 bytes; `login.token_hosts` empty: the kind's default. `hosts`
+// replaces the API scope when non-empty.
+// SECURITY: no error message contains a token.
+Result<Credential> MakeOauthCredential(CredentialKind kind, std::string access_token,
+                                       OauthLogin login, const std::vector<std::string>& hosts);
 
 }  // namespace cloister::vault

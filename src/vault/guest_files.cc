@@ -1,6 +1,53 @@
 #include "vault/guest_files.h"
 
+#include <time.h>
+
+#include <nlohmann/json.hpp>
+
 namespace cloister::vault {
+namespace {
+
+std::string IsoUtc(int64_t unix_seconds) {
+  time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Claude Code 2.1.332 reads ~/.claude/.credentials.json (mode 0600 or it refuses):
+// {"claudeAiOauth":{accessToken, refreshToken, expiresAt (ms), scopes, subscriptionType,
+// rateLimitTier}}. The expiry is the real one (tracked): Claude refreshes before it, through the
+// proxy, which answers with the same placeholders.
+std::string ClaudeCredentialsFile(const BoundCredential& b) {
+  const OauthLogin& o = b.credential.oauth;
+  nlohmann::json login = {{"accessToken", b.placeholder},
+                          {"refreshToken", b.refresh_placeholder},
+                          {"expiresAt", o.expires_at_ms},
+                          {"scopes", o.scopes}};
+  login["subscriptionType"] = o.plan.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.plan);
+  login["rateLimitTier"] =
+      o.rate_limit_tier.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.rate_limit_tier);
+  return nlohmann::json({{"claudeAiOauth", login}}).dump(2) + "\n";
+}
+
+// Codex 0.171.0 reads $CODEX_HOME/auth.json (default ~/.codex):
+// {"OPENAI_API_KEY":null,"tokens":{id_token, access_token, refresh_token, account_id},
+//  "last_refresh":"<RFC 3339>"}.
+std::string CodexAuthFile(const BoundCredential& b) {
+  const OauthLogin& o = b.credential.oauth;
+  nlohmann::json tokens = {{"id_token", b.id_token_placeholder},
+                           {"access_token", b.placeholder},
+                           {"refresh_token", b.refresh_placeholder}};
+  tokens["account_id"] = o.account_id.empty() ? nlohmann::json(nullptr)
+                                              : nlohmann::json(o.account_id);
+  nlohmann::json doc = {{"OPENAI_API_KEY", nullptr}, {"tokens", tokens}};
+  doc["last_refresh"] = IsoUtc(o.last_refresh);
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace
 
 GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds) {
   GuestCredentials out;
@@ -27,6 +74,10 @@ GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds
         out.env["AWS_REGION"] = c.aws_region;
         out.env["AWS_DEFAULT_REGION"] = c.aws_region;
       }
+    } else if (c.kind == CredentialKind::kClaudeSubscription) {
+      out.files.push_back({".claude/.credentials.json", ClaudeCredentialsFile(b), 0600});
+    } else if (c.kind == CredentialKind::kChatgptSubscription) {
+      out.files.push_back({".codex/auth.json", CodexAuthFile(b), 0600});
     } else if (c.kind == CredentialKind::kGitlab) {
       for (const std::string& host : c.hosts) {
         git_credentials += "https://oauth2:" + b.placeholder + "@" + host + "\n";

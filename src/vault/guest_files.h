@@ -24,11 +24,13 @@ struct GuestCredentials {
   // ANTHROPIC_API_KEY, OPENAI_API_KEY, GH_TOKEN, ...; with a git credential also
   // GIT_CONFIG_COUNT/KEY_0/VALUE_0 = credential.helper store (so git reads ~/.git-credentials).
   std::map<std::string, std::string> env;
-  std::vector<GuestFile> files;            // .git-credentials, .config/gh/hosts.yml
+  // .git-credentials, .config/gh/hosts.yml, .claude/.credentials.json, .codex/auth.json
+  std::vector<GuestFile> files;
 };
 
 // SECURITY: reads only the placeholders, kind, hosts and header of each credential (and, for kAws,
-// the access key id and region, which are not secret), never the value or the session token.
+// the access key id and region, which are not secret; for subscription logins their public
+// metadata: expiry, scopes, plan, account id), never the value or a token.
 GuestCredentials BuildGuestCredentials(const std::vector<BoundCredential>& creds);
 
 }  // namespace cloister::vault

@@ -1,6 +1,8 @@
 #include "vault/placeholder.h"
 
+#include <algorithm>
 #include <array>
+#include <nlohmann/json.hpp>
 
 #include "base/strings.h"
 #include "vault/crypto.h"
@@ -101,6 +103,85 @@ class CharStream {
 };
 
 }  // namespace
+
+std::string_view JwtSignature(std::string_view jwt) {
+  size_t a = jwt.find('.');
+  if (a == std::string_view::npos) return {};
+  size_t b = jwt.find('.', a + 1);
+  if (b == std::string_view::npos) return {};
+  return jwt.substr(b + 1);
+}
+
+Result<std::string> JwtPlaceholderSignature(std::string_view install_salt,
+                                            std::string_view workspace, std::string_view id,
+                                            size_t length) {
+  if (install_salt.size() < 16) {
+    return Error(ErrorCode::kFailedPrecondition, "placeholder salt is missing or too short");
+  }
+  length = std::max(length, kPlaceholderMarker.size() + kMinRandomChars);
+  CharStream stream(install_salt, std::string(workspace) + '\0' + std::string(id) + "\0jwt",
+                    kBase64Url);
+  std::string out(kPlaceholderMarker);
+  while (out.size() < length) {
+    ASSIGN_OR_RETURN(char c, stream.Next());
+    out += c;
+  }
+  return out;
+}
+
+Result<std::string> JwtPlaceholderFor(std::string_view real_jwt, std::string_view signature) {
+  // SECURITY: `real_jwt` is a real token (from the provider or the host's credentials file); only
+  // the listed public claims are copied out of it.
+  auto bad = [] {
+    return Error(ErrorCode::kInvalidArgument, "token is not a JWT (header.payload.signature)");
+  };
+  if (real_jwt.size() > 16384) return bad();
+  size_t a = real_jwt.find('.');
+  if (a == std::string_view::npos) return bad();
+  size_t b = real_jwt.find('.', a + 1);
+  if (b == std::string_view::npos || real_jwt.find('.', b + 1) != std::string_view::npos) {
+    return bad();
+  }
+  std::string_view header_seg = real_jwt.substr(0, a);
+  auto header = Base64Decode(header_seg);
+  auto payload = Base64Decode(real_jwt.substr(a + 1, b - a - 1));
+  if (!header.ok() || !payload.ok()) return bad();
+  nlohmann::json h = nlohmann::json::parse(*header, nullptr, false);
+  nlohmann::json p = nlohmann::json::parse(*payload, nullptr, false);
+  SecureWipe(payload.value());
+  if (!h.is_object() || !p.is_object()) return bad();
+  static const char* kTop[] = {"exp", "iat", "nbf", "iss", "aud", "sub", "email",
+                               "email_verified", "auth_time"};
+  static const char* kAuth[] = {"chatgpt_plan_type", "chatgpt_account_id", "chatgpt_user_id",
+                                "user_id", "chatgpt_account_is_fedramp",
+                                "chatgpt_subscription_active_start",
+                                "chatgpt_subscription_active_until"};
+  static const char* kProfile[] = {"email", "email_verified"};
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* k : kTop) {
+    if (p.contains(k)) out[k] = p[k];
+  }
+  auto copy_group = [&](const char* group, const auto& keys) {
+    if (!p.contains(group) || !p[group].is_object()) return;
+    nlohmann::json g = nlohmann::json::object();
+    for (const char* k : keys) {
+      if (p[group].contains(k)) g[k] = p[group][k];
+    }
+    out[group] = std::move(g);
+  };
+  copy_group("https://api.openai.com/auth", kAuth);
+  copy_group("https://api.openai.com/profile", kProfile);
+  p.clear();
+  return std::string(header_seg) + "." + Base64Encode(out.dump(), true, false) + "." +
+         std::string(signature);
+}
+
+Result<std::string> MakeJwtPlaceholder(std::string_view install_salt, std::string_view workspace,
+                                       std::string_view id, std::string_view real_jwt) {
+  ASSIGN_OR_RETURN(std::string sig, JwtPlaceholderSignature(install_salt, workspace, id,
+                                                            JwtSignature(real_jwt).size()));
+  return JwtPlaceholderFor(real_jwt, sig);
+}
 
 std::string GithubChecksum(std::string_view body) {
   uint32_t crc = Crc32(body);

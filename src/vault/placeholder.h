@@ -36,6 +36,25 @@ inline constexpr size_t kMinRandomChars = 22;
 Result<std::string> MakePlaceholder(std::string_view install_salt, std::string_view workspace,
                                     const Credential& cred);
 
+// JWT placeholders (ChatGPT's id and access tokens, which Codex decodes but never verifies):
+// the real header segment as is (alg, typ, kid are public), a payload re-encoded with only the
+// public claims a client reads (exp, iat, nbf, iss, aud, sub, email, email_verified, auth_time,
+// and under "https://api.openai.com/auth" / ".../profile" the plan, account and user ids and the
+// email), and a signature drawn like any placeholder: base64url, the real signature's length,
+// starting with the marker. The signature alone is what the proxy recognises and what the
+// detector looks for (the payload follows the real token: its exp changes at every refresh).
+// SECURITY: no byte of the real signature and no claim outside that list reaches the result.
+Result<std::string> JwtPlaceholderSignature(std::string_view install_salt,
+                                            std::string_view workspace, std::string_view id,
+                                            size_t length);
+// `real_jwt` with its payload filtered and `signature` in place of its signature. kInvalidArgument
+// if it is not three base64url segments of which the first two decode to JSON objects.
+Result<std::string> JwtPlaceholderFor(std::string_view real_jwt, std::string_view signature);
+Result<std::string> MakeJwtPlaceholder(std::string_view install_salt, std::string_view workspace,
+                                       std::string_view id, std::string_view real_jwt);
+// The last segment of a JWT ("" if `jwt` has no two dots).
+std::string_view JwtSignature(std::string_view jwt);
+
 // GitHub token checksum: base62 (0-9A-Za-z) of CRC32(body), left-padded with '0' to 6 characters.
 std::string GithubChecksum(std::string_view body);
 // True for a "gh?_" token of 40 characters whose last 6 characters are the checksum of the 30

@@ -16,6 +16,43 @@ constexpr size_t kMaxSecretsFile = 4 << 20;
 
 std::string Aad(const std::string& workspace) { return std::string(kMagic) + workspace; }
 
+std::vector<std::string> StringList(const nlohmann::json& j, const char* key) {
+  std::vector<std::string> out;
+  if (j.contains(key) && j[key].is_array()) {
+    for (const auto& v : j[key]) {
+      if (v.is_string()) out.push_back(v.get<std::string>());
+    }
+  }
+  return out;
+}
+
+// SECURITY: `c` holds real tokens (the caller wipes the document).
+Result<Credential> OauthFromJson(CredentialKind kind, const nlohmann::json& c,
+                                 const std::vector<std::string>& hosts) {
+  if (!c.contains("oauth") || !c["oauth"].is_object()) {
+    return Error(ErrorCode::kCorrupt, "subscription login without its oauth fields");
+  }
+  const nlohmann::json& o = c["oauth"];
+  auto str = [&](const char* k) {
+    return o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : std::string();
+  };
+  auto num = [&](const char* k) -> int64_t {
+    return o.contains(k) && o[k].is_number_integer() ? o[k].get<int64_t>() : 0;
+  };
+  OauthLogin login;
+  login.refresh_token = str("refresh_token");
+  login.id_token = str("id_token");
+  login.expires_at_ms = num("expires_at_ms");
+  login.scopes = StringList(o, "scopes");
+  login.plan = str("plan");
+  login.rate_limit_tier = str("rate_limit_tier");
+  login.account = str("account");
+  login.account_id = str("account_id");
+  login.last_refresh = num("last_refresh");
+  login.token_hosts = StringList(o, "token_hosts");
+  return MakeOauthCredential(kind, c["value"].get<std::string>(), std::move(login), hosts);
+}
+
 }  // namespace
 
 const char* LlmBodyPolicyName(LlmBodyPolicy p) {
@@ -35,6 +72,8 @@ Vault::~Vault() {
   for (Credential& c : credentials_) {
     SecureWipe(c.value);
     SecureWipe(c.aws_session_token);
+    SecureWipe(c.oauth.refresh_token);
+    SecureWipe(c.oauth.id_token);
   }
 }
 
@@ -85,7 +124,8 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
     }
     std::string header = c.value("header", "");
     Result<Credential> cred =
-        kind == CredentialKind::kAws
+        IsSubscriptionKind(kind) ? OauthFromJson(kind, c, hosts)
+        : kind == CredentialKind::kAws
             ? MakeAwsCredential(c.value("aws_key_id", ""), c["value"].get<std::string>(),
                                 c.value("aws_token", ""), c.value("aws_region", ""), hosts)
             : MakeCredential(kind, c["value"].get<std::string>(), hosts, header,
@@ -120,6 +160,8 @@ void Vault::Put(Credential cred) {
     if (c.id == cred.id) {
       SecureWipe(c.value);
       SecureWipe(c.aws_session_token);
+      SecureWipe(c.oauth.refresh_token);
+      SecureWipe(c.oauth.id_token);
       c = std::move(cred);
       return;
     }
@@ -137,6 +179,8 @@ Status Vault::Remove(std::string_view id) {
   }
   SecureWipe(it->value);
   SecureWipe(it->aws_session_token);
+  SecureWipe(it->oauth.refresh_token);  // `cred rm` forgets both tokens of a login
+  SecureWipe(it->oauth.id_token);
   credentials_.erase(it);
   return OkStatus();
 }
@@ -150,6 +194,14 @@ Status Vault::Save() const {
       creds.back()["aws_key_id"] = c.aws_access_key_id;
       creds.back()["aws_token"] = c.aws_session_token;
       creds.back()["aws_region"] = c.aws_region;
+    }
+    if (IsSubscriptionKind(c.kind)) {
+      const OauthLogin& o = c.oauth;
+      creds.back()["oauth"] = {{"refresh_token", o.refresh_token}, {"id_token", o.id_token},
+                               {"expires_at_ms", o.expires_at_ms}, {"scopes", o.scopes},
+                               {"plan", o.plan}, {"rate_limit_tier", o.rate_limit_tier},
+                               {"account", o.account}, {"account_id", o.account_id},
+                               {"last_refresh", o.last_refresh}, {"token_hosts", o.token_hosts}};
     }
   }
   nlohmann::json blobs = nlohmann::json::object();
@@ -210,7 +262,31 @@ Result<std::vector<BoundCredential>> Vault::Bind() const {
       if (!made.ok()) return made.error();
       token_ph = std::move(made).value();
     }
-    out.push_back({c, std::move(ph), std::move(token_ph)});
+    BoundCredential b{c, std::move(ph), std::move(token_ph), "", ""};
+    if (IsSubscriptionKind(c.kind)) {
+      // Each secret of a login gets its own placeholder (its own id, so its own stream).
+      auto one = [&](const char* suffix, const std::string& value) -> Result<std::string> {
+        if (value.empty()) return std::string();
+        Credential t;
+        t.kind = c.kind;
+        t.id = c.id + suffix;
+        t.value = value;
+        auto made = PlaceholderFor(t);
+        SecureWipe(t.value);
+        return made;
+      };
+      ASSIGN_OR_RETURN(b.refresh_placeholder, one(":refresh", c.oauth.refresh_token));
+      if (c.kind == CredentialKind::kChatgptSubscription) {
+        // The JWTs keep their header and public claims; their signature is the secret-shaped
+        // part (see MakeJwtPlaceholder).
+        ASSIGN_OR_RETURN(b.placeholder, MakeJwtPlaceholder(salt_, location_.workspace,
+                                                           c.id + ":access", c.value));
+        ASSIGN_OR_RETURN(b.id_token_placeholder,
+                         MakeJwtPlaceholder(salt_, location_.workspace, c.id + ":id",
+                                            c.oauth.id_token));
+      }
+    }
+    out.push_back(std::move(b));
   }
   return out;
 }

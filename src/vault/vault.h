@@ -5,7 +5,10 @@
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
 //   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"
-//                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)}],
+//                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)
+//                                 [,"oauth":{"refresh_token","id_token","expires_at_ms","scopes",
+//                                   "plan","rate_limit_tier","account","account_id",
+//                                   "last_refresh","token_hosts"}] (subscription kinds)}],
 //    "policy":{"llm_body":"flag"|"block"}, "blobs":{"name":"<base64>"}}
 //
 // Ownership: a Vault is used by one thread at a time; writers (cred add/rm) hold the workspace
@@ -48,6 +51,10 @@ struct BoundCredential {
   // kAws with a session token: the token's placeholder (MakePlaceholder of a copy of the
   // credential with id "aws:session-token" and value = the token: same length and alphabet).
   std::string aws_token_placeholder;
+  // Subscription logins: the refresh token's placeholder (same prefix, length and alphabet) and,
+  // for ChatGPT, the id token's (a JWT placeholder). For ChatGPT `placeholder` is a JWT too.
+  std::string refresh_placeholder;
+  std::string id_token_placeholder;
 };
 
 class Vault {

@@ -1,0 +1,98 @@
+// `cloister cred import NAME claude|codex`, the login columns of `cred ls`, `cred rm` of a login,
+// and the refusal to put one login into two workspaces.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "cli/testing.h"
+#include "oauth/test_util.h"
+#include "vault/vault.h"
+
+namespace cloister::cli {
+namespace {
+
+using testing::Outcome;
+
+class CredImportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(store_.CreateWorkspace("dev"), "");
+    ASSERT_EQ(store_.CreateWorkspace("other"), "");
+    setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
+    file_ = store_.root() + "/host-credentials.json";
+    std::ofstream(file_) << oauth::testing::ClaudeFile(provider_.access(), provider_.refresh());
+  }
+  Outcome Run(std::vector<std::string> args) { return store_.Run(args, ""); }
+
+  testing::TempStore store_{"credimport"};
+  oauth::testing::FakeProvider provider_{false};
+  std::string file_;
+};
+
+TEST_F(CredImportTest, ImportListsTheLoginAndNeverPrintsATokenThenRmForgetsIt) {
+  Outcome imp = Run({"cred", "import", "dev", "claude", "--from", file_});
+  ASSERT_EQ(imp.code, 0) << imp.err;
+  EXPECT_NE(imp.out.find("will have to log in again"), std::string::npos) << imp.out;
+  Outcome ls = Run({"cred", "ls", "dev", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  for (const std::string& t : provider_.issued()) {
+    EXPECT_EQ(imp.out.find(t), std::string::npos);
+    EXPECT_EQ(ls.out.find(t), std::string::npos);
+  }
+  auto doc = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(doc["credentials"].size(), 1u);
+  const auto& c = doc["credentials"][0];
+  EXPECT_EQ(c["kind"], "claude-subscription");
+  EXPECT_EQ(c["login"]["plan"], "max");
+  EXPECT_EQ(c["login"]["expires_at"], "2030-03-17T17:46:40Z");
+  EXPECT_NE(c["login"]["last_refresh"], "-");
+  EXPECT_EQ(c["placeholder"].get<std::string>().rfind("sk-ant-oat01-CLOISTER", 0), 0u);
+  Outcome text = Run({"cred", "ls", "dev"});
+  EXPECT_NE(text.out.find("login - max expires 2030-03-17T17:46:40Z"), std::string::npos)
+      << text.out;
+
+  Outcome rm = Run({"cred", "rm", "dev", "claude-subscription", "--yes"});
+  ASSERT_EQ(rm.code, 0) << rm.err;
+  Outcome after = Run({"cred", "ls", "dev", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(after.out)["credentials"].size(), 0u);
+}
+
+// The provider rotates refresh tokens: two workspaces refreshing one login would log each other
+// out, so the second import of the same host login is refused with the way out.
+TEST_F(CredImportTest, TheSameLoginIsRefusedInASecondWorkspace) {
+  ASSERT_EQ(Run({"cred", "import", "dev", "claude", "--from", file_}).code, 0);
+  Outcome second = Run({"cred", "import", "other", "claude", "--from", file_});
+  EXPECT_NE(second.code, 0);
+  EXPECT_NE(second.err.find("already in the custody of workspace dev"), std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("cred rm dev claude-subscription"), std::string::npos) << second.err;
+  EXPECT_EQ(nlohmann::json::parse(Run({"cred", "ls", "other", "--json"}).out)["credentials"].size(),
+            0u);
+  // Re-importing into the same workspace replaces its login (no refusal).
+  EXPECT_EQ(Run({"cred", "import", "dev", "claude", "--from", file_}).code, 0);
+  // A new host login (new tokens) goes into the second workspace.
+  oauth::testing::FakeProvider fresh(false);
+  fresh.MintAccess();
+  std::ofstream(file_) << oauth::testing::ClaudeFile(fresh.MintAccess(), fresh.MintRefresh());
+  Outcome ok = Run({"cred", "import", "other", "claude", "--from", file_});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(CredImportTest, RefusesWhatIsNotALoginWithTheFix) {
+  std::ofstream(file_) << "{}";
+  Outcome o = Run({"cred", "import", "dev", "claude", "--from", file_});
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("/login"), std::string::npos) << o.err;
+  Outcome p = Run({"cred", "import", "dev", "gemini", "--from", file_});
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find("claude"), std::string::npos) << p.err;
+  Outcome add = store_.Run({"cred", "add", "dev", "claude-subscription"}, "sk-ant-oat01-xxxxxxxxxx\n");
+  EXPECT_NE(add.code, 0);
+  EXPECT_NE(add.err.find("cred import"), std::string::npos) << add.err;
+}
+
+}  // namespace
+}  // namespace cloister::cli

@@ -1,0 +1,212 @@
+#include "oauth/custody.h"
+
+#include <chrono>
+
+#include "base/strings.h"
+#include "vault/crypto.h"
+#include "vault/placeholder.h"
+
+namespace cloister::oauth {
+namespace {
+
+int64_t SystemMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string SigOf(vault::CredentialKind kind, const std::string& ph) {
+  if (kind != vault::CredentialKind::kChatgptSubscription) return "";
+  return std::string(vault::JwtSignature(ph));
+}
+
+void Wipe(vault::Credential& c) {
+  vault::SecureWipe(c.value);
+  vault::SecureWipe(c.oauth.refresh_token);
+  vault::SecureWipe(c.oauth.id_token);
+}
+
+}  // namespace
+
+const char* RefreshStateName(RefreshState s) {
+  switch (s) {
+    case RefreshState::kIdle: return "idle";
+    case RefreshState::kInFlight: return "in-flight";
+    case RefreshState::kUnsaved: return "unsaved";
+  }
+  return "?";
+}
+
+LoginCustody::LoginCustody(vault::BoundCredential bound, PersistFn persist, TraceFn trace,
+                           Clock clock)
+    : kind_(bound.credential.kind),
+      id_(bound.credential.id),
+      api_hosts_(bound.credential.hosts),
+      token_hosts_(bound.credential.oauth.token_hosts),
+      access_ph_(bound.placeholder),
+      refresh_ph_(bound.refresh_placeholder),
+      id_ph_(bound.id_token_placeholder),
+      access_sig_(SigOf(bound.credential.kind, bound.placeholder)),
+      id_sig_(SigOf(bound.credential.kind, bound.id_token_placeholder)),
+      persist_(std::move(persist)),
+      trace_(std::move(trace)),
+      clock_(clock ? std::move(clock) : Clock(SystemMs)),
+      login_(std::move(bound.credential)) {
+  Wipe(bound.credential);
+}
+
+LoginCustody::~LoginCustody() { Wipe(login_); }
+
+bool LoginCustody::IsAccessPlaceholder(std::string_view token) const {
+  if (token.empty()) return false;
+  if (kind_ == vault::CredentialKind::kChatgptSubscription) {
+    return !access_sig_.empty() && vault::JwtSignature(token) == access_sig_;
+  }
+  return token == access_ph_;
+}
+
+bool LoginCustody::IsRefreshPlaceholder(std::string_view token) const {
+  return !refresh_ph_.empty() && token == refresh_ph_;
+}
+
+Status LoginCustody::SaveLocked() {
+  if (state_ != RefreshState::kUnsaved) return OkStatus();
+  Status st = persist_ ? persist_(login_)
+                       : Status(Error(ErrorCode::kFailedPrecondition, "no vault to save to"));
+  if (st.ok()) state_ = RefreshState::kIdle;
+  return st;
+}
+
+std::string LoginCustody::AccessToken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)SaveLocked();
+  return login_.value;
+}
+
+Result<std::string> LoginCustody::BeginRefresh() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == RefreshState::kInFlight) {
+    return Error(ErrorCode::kUnavailable, "a refresh of " + id_ + " is already in flight",
+                 "retry in a moment (the refresh token is single use)");
+  }
+  if (Status st = SaveLocked(); !st.ok()) {
+    return Error(ErrorCode::kUnavailable,
+                 "the last refresh of " + id_ + " is not saved yet: " + st.error().message(),
+                 "the login is kept in memory; fix the workspace's secrets file and retry");
+  }
+  state_ = RefreshState::kInFlight;
+  return login_.oauth.refresh_token;
+}
+
+void LoginCustody::AbortRefresh(int status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != RefreshState::kInFlight) return;
+    state_ = RefreshState::kIdle;
+  }
+  TraceRefresh(status, status == 0 ? "oauth refresh: no answer" : "oauth refresh: refused by the provider");
+}
+
+Result<std::string> LoginCustody::CompleteRefresh(std::string_view provider_body) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ != RefreshState::kInFlight) {
+    return Error(ErrorCode::kFailedPrecondition, "no refresh of " + id_ + " in flight");
+  }
+  auto parsed = ParseTokenResponse(provider_body);
+  if (!parsed.ok()) {
+    // The provider answered 200 but not with tokens: nothing rotated that we know of.
+    state_ = RefreshState::kIdle;
+    lock.unlock();
+    TraceRefresh(200, "oauth refresh: " + parsed.error().message());
+    return parsed.error();
+  }
+  TokenResponse& t = *parsed;
+  // The new placeholders: Claude's are fixed per workspace (same shape); ChatGPT's JWTs follow
+  // the new token's public claims with the fixed placeholder signature.
+  std::string access_ph = access_ph_, id_ph;
+  if (kind_ == vault::CredentialKind::kChatgptSubscription) {
+    auto a = vault::JwtPlaceholderFor(t.access_token, access_sig_);
+    if (!a.ok()) {
+      state_ = RefreshState::kIdle;
+      lock.unlock();
+      TraceRefresh(200, "oauth refresh: access token is not a JWT");
+      return Error(ErrorCode::kInvalidArgument, "the refreshed access token is not a JWT");
+    }
+    access_ph = *a;
+    if (!t.id_token.empty()) {
+      auto i = vault::JwtPlaceholderFor(t.id_token, id_sig_);
+      if (!i.ok()) {
+        state_ = RefreshState::kIdle;
+        lock.unlock();
+        TraceRefresh(200, "oauth refresh: id token is not a JWT");
+        return Error(ErrorCode::kInvalidArgument, "the refreshed id token is not a JWT");
+      }
+      id_ph = *i;
+    }
+  }
+  // SECURITY: build the new login beside the old one; the old is wiped only once the new one is
+  // current (saved, or held as the only live copy after a failed save).
+  vault::Credential next = login_;
+  next.value = t.access_token;
+  if (!t.refresh_token.empty()) next.oauth.refresh_token = t.refresh_token;
+  if (!t.id_token.empty()) next.oauth.id_token = t.id_token;
+  int64_t now = clock_();
+  if (t.expires_in > 0) next.oauth.expires_at_ms = now + t.expires_in * 1000;
+  if (!t.scope.empty()) {
+    next.oauth.scopes.clear();
+    for (const std::string& s : Split(t.scope, ' ')) {
+      if (!s.empty()) next.oauth.scopes.push_back(s);
+    }
+  }
+  next.oauth.last_refresh = now / 1000;
+  vault::SecureWipe(t.access_token);
+  vault::SecureWipe(t.refresh_token);
+  vault::SecureWipe(t.id_token);
+
+  Status saved = persist_ ? persist_(next)
+                          : Status(Error(ErrorCode::kFailedPrecondition, "no vault to save to"));
+  Wipe(login_);
+  login_ = std::move(next);
+  state_ = saved.ok() ? RefreshState::kIdle : RefreshState::kUnsaved;
+  lock.unlock();
+  if (!saved.ok()) {
+    TraceRefresh(200, "oauth refresh: not saved: " + saved.error().message());
+    return Error(ErrorCode::kUnavailable,
+                 "refreshed " + id_ + " but could not save it: " + saved.error().message(),
+                 "the new login is kept in memory and saved at the next request");
+  }
+  TraceRefresh(200, "");
+  return RewriteTokenResponse(provider_body, access_ph, refresh_ph_,
+                              id_ph.empty() ? id_ph_ : id_ph);
+}
+
+void LoginCustody::TraceRefresh(int status, const std::string& error) {
+  if (!trace_) return;
+  proxy::TraceRecord rec;
+  rec.time_ms = SystemMs();
+  rec.host = token_hosts_.empty() ? "" : token_hosts_.front();
+  rec.port = 443;
+  rec.method = "POST";
+  rec.path = "oauth-refresh";
+  rec.status = status;
+  rec.swaps.push_back("oauth-refresh:" + id_);
+  rec.error = error;
+  trace_(rec);
+}
+
+RefreshState LoginCustody::state() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+int64_t LoginCustody::expires_at_ms() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return login_.oauth.expires_at_ms;
+}
+
+vault::Credential LoginCustody::Snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return login_;
+}
+
+}  // namespace cloister::oauth

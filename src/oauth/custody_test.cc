@@ -1,0 +1,212 @@
+#include "oauth/custody.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "oauth/test_util.h"
+#include "oauth/oauth_filter.h"
+#include "oauth/wiring.h"
+#include "vault/placeholder.h"
+
+namespace cloister::oauth {
+namespace {
+
+using testing::FakeProvider;
+using testing::TempVault;
+
+std::string ProviderAnswer(FakeProvider& p, bool jwt) {
+  nlohmann::json j = {{"access_token", p.MintAccess()}, {"refresh_token", p.MintRefresh()},
+                      {"expires_in", 3600}, {"token_type", "Bearer"}};
+  if (jwt) j["id_token"] = p.MintId();
+  return j.dump();
+}
+
+class CustodyTest : public ::testing::TestWithParam<bool> {};  // param: jwt (ChatGPT)
+
+TEST_P(CustodyTest, RefreshRotatesSavesFirstAndAnswersPlaceholders) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  std::string old_refresh = b.credential.oauth.refresh_token;
+  std::vector<std::string> saved;  // the refresh token the vault held when each save ran
+  auto persister = VaultPersister(tv.loc, vault::KeyBackend::kFile);
+  LoginCustody c(b, [&](const vault::Credential& login) {
+    Status st = persister(login);
+    saved.push_back(tv.Stored(login.id).oauth.refresh_token);
+    return st;
+  }, nullptr, [] { return int64_t{1800000000000}; });
+
+  ASSERT_EQ(c.state(), RefreshState::kIdle);
+  auto real = c.BeginRefresh();
+  ASSERT_TRUE(real.ok());
+  EXPECT_EQ(*real, old_refresh);
+  EXPECT_EQ(c.state(), RefreshState::kInFlight);
+  // One refresh in flight per login: a second one would reuse the single-use token.
+  auto second = c.BeginRefresh();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code(), ErrorCode::kUnavailable);
+
+  std::string answer = ProviderAnswer(p, jwt);
+  auto parsed = ParseTokenResponse(answer);
+  ASSERT_TRUE(parsed.ok());
+  auto guest = c.CompleteRefresh(answer);
+  ASSERT_TRUE(guest.ok()) << guest.error().ToString();
+  EXPECT_EQ(c.state(), RefreshState::kIdle);
+  // Saved to the vault before it became current, and the vault now holds the rotated token.
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0], parsed->refresh_token);
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, parsed->refresh_token);
+  EXPECT_EQ(tv.Stored(b.credential.id).value, parsed->access_token);
+  EXPECT_EQ(c.AccessToken(), parsed->access_token);
+  EXPECT_EQ(c.expires_at_ms(), 1800000000000 + 3600 * 1000);
+  // The guest's answer: placeholders only, the same ones it already holds.
+  for (const std::string& t : p.issued()) {
+    EXPECT_EQ(guest->find(t), std::string::npos) << "real token in the guest's answer";
+  }
+  auto doc = nlohmann::json::parse(*guest);
+  EXPECT_TRUE(c.IsRefreshPlaceholder(doc["refresh_token"].get<std::string>()));
+  EXPECT_EQ(doc["refresh_token"], b.refresh_placeholder);
+  EXPECT_TRUE(c.IsAccessPlaceholder(doc["access_token"].get<std::string>()));
+  if (!jwt) EXPECT_EQ(doc["access_token"], b.placeholder);
+  if (jwt) {
+    // The JWT placeholder follows the new token's public claims (its exp), same signature.
+    EXPECT_EQ(vault::JwtSignature(doc["access_token"].get<std::string>()),
+              vault::JwtSignature(b.placeholder));
+    EXPECT_NE(doc["access_token"], b.placeholder);
+    EXPECT_EQ(vault::JwtSignature(doc["id_token"].get<std::string>()),
+              vault::JwtSignature(b.id_token_placeholder));
+  }
+}
+
+TEST_P(CustodyTest, ProviderRefusalKeepsTheOldLogin) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  int saves = 0;
+  LoginCustody c(b, [&](const vault::Credential&) { ++saves; return OkStatus(); });
+  ASSERT_TRUE(c.BeginRefresh().ok());
+  c.AbortRefresh(400);
+  EXPECT_EQ(c.state(), RefreshState::kIdle);
+  EXPECT_EQ(c.AccessToken(), b.credential.value);
+  EXPECT_EQ(saves, 0);
+  // A 200 that carries no tokens changes nothing either.
+  ASSERT_TRUE(c.BeginRefresh().ok());
+  EXPECT_FALSE(c.CompleteRefresh(R"({"error":"weird"})").ok());
+  EXPECT_EQ(c.state(), RefreshState::kIdle);
+  EXPECT_EQ(c.AccessToken(), b.credential.value);
+  auto again = c.BeginRefresh();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, b.credential.oauth.refresh_token);
+}
+
+// Fault injection: the vault save fails right after the provider rotated the tokens (a full disk,
+// an I/O error, a crash of the save). The vault on disk keeps the old login whole (it opens, it
+// is not torn), the new login stays current in memory (the provider retired the old refresh
+// token: it is the only live one), and it is saved at the next use; no second refresh runs
+// until it is.
+TEST_P(CustodyTest, SaveFailureAfterRotationKeepsTheNewLoginAndRetries) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  auto persister = VaultPersister(tv.loc, vault::KeyBackend::kFile);
+  int fail = 2;  // the save fails twice
+  LoginCustody c(b, [&](const vault::Credential& login) -> Status {
+    if (fail > 0) {
+      --fail;
+      return Error(ErrorCode::kIo, "injected: no space left on device");
+    }
+    return persister(login);
+  });
+  ASSERT_TRUE(c.BeginRefresh().ok());
+  std::string answer = ProviderAnswer(p, jwt);
+  auto parsed = ParseTokenResponse(answer);
+  auto guest = c.CompleteRefresh(answer);
+  ASSERT_FALSE(guest.ok());
+  EXPECT_EQ(c.state(), RefreshState::kUnsaved);
+  EXPECT_NE(guest.error().message().find("could not save"), std::string::npos);
+  // The vault still holds the old login, whole.
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, b.credential.oauth.refresh_token);
+  // A refresh now would have to use the new token; it waits for the save (fails once more).
+  auto blocked = c.BeginRefresh();
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.error().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(c.state(), RefreshState::kUnsaved);
+  // The API keeps working with the new access token, and this use retries the save: it works.
+  EXPECT_EQ(c.AccessToken(), parsed->access_token);
+  EXPECT_EQ(c.state(), RefreshState::kIdle);
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, parsed->refresh_token);
+  auto next = c.BeginRefresh();
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, parsed->refresh_token);
+}
+
+// A real failing save (the secrets file's directory is gone): the persister reports it.
+TEST(VaultPersisterTest, ReportsARealSaveFailureAndLeavesNoFile) {
+  FakeProvider p(false);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, false);
+  vault::VaultLocation gone = tv.loc;
+  gone.secrets_file = tv.dir + "/no-such-dir/secrets.enc";
+  auto st = VaultPersister(gone, vault::KeyBackend::kFile)(b.credential);
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(std::filesystem::exists(gone.secrets_file));
+  // A login removed by `cred rm` while the workspace ran is not written back.
+  {
+    auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v->Remove(b.credential.id).ok());
+    ASSERT_TRUE(v->Save().ok());
+  }
+  auto back = VaultPersister(tv.loc, vault::KeyBackend::kFile)(b.credential);
+  EXPECT_EQ(back.error().code(), ErrorCode::kNotFound);
+  auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
+  EXPECT_EQ(v->Find(b.credential.id), nullptr);
+}
+
+// The filter swaps the access placeholder only toward the login's API scope (the detector trips
+// first for any other host; this is the second lock), and only in a Bearer Authorization.
+TEST_P(CustodyTest, FilterSwapsOnlyTowardTheApiScope) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  auto login = std::make_shared<LoginCustody>(b, [](const vault::Credential&) { return OkStatus(); });
+  OauthFilter f({login});
+  auto head = [&](const std::string& host, const std::string& auth) {
+    proxy::RequestHead h;
+    h.method = "GET";
+    h.target = "/v1/messages";
+    h.host = host;
+    h.headers = {{"Authorization", auth}};
+    return h;
+  };
+  std::string api = b.credential.hosts.front();
+  auto in = head(api, "Bearer " + b.placeholder);
+  auto v = f.OnRequestHead(in);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->handled);
+  EXPECT_EQ(in.headers[0].second, "Bearer " + p.access());
+  auto sub = head("eu." + api, "Bearer " + b.placeholder);  // a subdomain is in scope
+  ASSERT_TRUE(f.OnRequestHead(sub).ok());
+  EXPECT_EQ(sub.headers[0].second, "Bearer " + p.access());
+  for (const std::string& host : {std::string("evil") + api, std::string("example.test"),
+                                  api + ".example.test"}) {
+    auto out = head(host, "Bearer " + b.placeholder);
+    auto w = f.OnRequestHead(out);
+    ASSERT_TRUE(w.ok());
+    EXPECT_FALSE(w->handled) << host;
+    EXPECT_EQ(out.headers[0].second, "Bearer " + b.placeholder) << host;
+  }
+  auto basic = head(api, "Basic " + b.placeholder);
+  ASSERT_TRUE(f.OnRequestHead(basic).ok());
+  EXPECT_EQ(basic.headers[0].second, "Basic " + b.placeholder);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, CustodyTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "chatgpt" : "claude"; });
+
+}  // namespace
+}  // namespace cloister::oauth

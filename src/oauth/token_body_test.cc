@@ -1,0 +1,75 @@
+#include "oauth/token_body.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace cloister::oauth {
+namespace {
+
+TEST(TokenBodyTest, ParsesJsonRefresh) {
+  auto r = ParseTokenRequest(
+      R"({"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-PH","client_id":"x","scope":"a b"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->json);
+  EXPECT_EQ(r->grant_type, "refresh_token");
+  EXPECT_EQ(r->refresh_token, "sk-ant-ort01-PH");
+}
+
+TEST(TokenBodyTest, ParsesFormRefresh) {
+  auto r = ParseTokenRequest("grant_type=refresh_token&refresh_token=rt%2BPH%3D&client_id=x");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->json);
+  EXPECT_EQ(r->refresh_token, "rt+PH=");
+}
+
+TEST(TokenBodyTest, RefusesMalformedAndHuge) {
+  EXPECT_FALSE(ParseTokenRequest("{\"grant_type\":").ok());
+  EXPECT_FALSE(ParseTokenRequest("[1,2]").ok());
+  EXPECT_FALSE(ParseTokenRequest("a=%zz").ok());
+  EXPECT_FALSE(ParseTokenRequest("a=%4").ok());
+  EXPECT_FALSE(ParseTokenRequest(std::string(kMaxTokenBody + 1, 'a')).ok());
+}
+
+TEST(TokenBodyTest, SwapsOnlyTheRefreshToken) {
+  auto j = SwapRefreshToken(R"({"grant_type":"refresh_token","refresh_token":"PH","client_id":"c"})",
+                            "REAL");
+  ASSERT_TRUE(j.ok());
+  auto doc = nlohmann::json::parse(*j);
+  EXPECT_EQ(doc["refresh_token"], "REAL");
+  EXPECT_EQ(doc["client_id"], "c");
+  EXPECT_EQ(doc["grant_type"], "refresh_token");
+  auto f = SwapRefreshToken("grant_type=refresh_token&refresh_token=PH&client_id=c", "RE AL/");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f, "grant_type=refresh_token&refresh_token=RE%20AL%2F&client_id=c");
+}
+
+TEST(TokenBodyTest, ParsesResponseAndRefusesOneWithoutAccessToken) {
+  auto r = ParseTokenResponse(
+      R"({"access_token":"A","refresh_token":"R","expires_in":3600,"scope":"s1 s2","token_type":"Bearer"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->access_token, "A");
+  EXPECT_EQ(r->refresh_token, "R");
+  EXPECT_EQ(r->expires_in, 3600);
+  EXPECT_EQ(r->scope, "s1 s2");
+  EXPECT_FALSE(ParseTokenResponse(R"({"refresh_token":"R"})").ok());
+  EXPECT_FALSE(ParseTokenResponse(R"({"access_token":"A","expires_in":-1})").ok());
+  EXPECT_FALSE(ParseTokenResponse("not json").ok());
+}
+
+TEST(TokenBodyTest, RewriteReplacesEveryTokenAndKeepsTheRest) {
+  auto out = RewriteTokenResponse(
+      R"({"access_token":"REALA","refresh_token":"REALR","id_token":"REALI","expires_in":5,"account":{"email_address":"e"}})",
+      "PHA", "PHR", "");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->find("REAL"), std::string::npos) << *out;
+  auto doc = nlohmann::json::parse(*out);
+  EXPECT_EQ(doc["access_token"], "PHA");
+  EXPECT_EQ(doc["refresh_token"], "PHR");
+  EXPECT_FALSE(doc.contains("id_token"));  // no placeholder for it: removed
+  EXPECT_EQ(doc["expires_in"], 5);
+  EXPECT_EQ(doc["account"]["email_address"], "e");
+}
+
+}  // namespace
+}  // namespace cloister::oauth
