@@ -5,7 +5,8 @@
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
 //   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"
-//                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)}],
+//                                 [,"ask":"once"|"always"] [,"aws_key_id","aws_token",
+//                                 "aws_region"] (kind aws)}],
 //    "policy":{"llm_body":"flag"|"block"}, "blobs":{"name":"<base64>"}}
 //
 // Ownership: a Vault is used by one thread at a time; writers (cred add/rm) hold the workspace
