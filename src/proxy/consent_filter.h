@@ -51,6 +51,7 @@ struct ConsentAnswer {
   // "no answer within 60 s", "the listener left", "garbage answer", "stopping".
   std::string by;
   int64_t grant_s = 0;  // seconds the grant lasts from now (-1: until the VM stops; 0: none)
+  bool asked = false;   // the question was put to a listener (false: a grant, or nobody to ask)
 };
 
 // A pending question. Thread safe; Poll never blocks. Dropping an undecided ticket withdraws the

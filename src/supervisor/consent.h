@@ -110,7 +110,9 @@ enum class Grant { kRequest, kFiveMinutes, kOneHour, kUntilVmStops, kDeny };
 const char* GrantName(Grant g);  // "request", "5m", "1h", "vm", "deny"
 std::optional<Grant> ParseGrant(std::string_view name);
 
-class ConsentBroker : public proxy::ConsentGate {
+// Create with std::make_shared: the proxy's tickets hold a weak reference to it.
+class ConsentBroker : public proxy::ConsentGate,
+                      public std::enable_shared_from_this<ConsentBroker> {
  public:
   using Clock = std::chrono::steady_clock;
   struct Options {
