@@ -28,6 +28,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddAuditCommand(app, cli);
   AddSshPolicyCommand(app, cli);
   AddSshConfirmCommand(app, cli);
+  AddApproveCommand(app, cli);
   AddEgressCommand(app, cli);
   AddConfigCommand(app, cli);
   AddKubeCommand(app, cli);

@@ -30,6 +30,7 @@ void AddRunCommand(CLI::App& app, Cli& cli);
 void AddAuditCommand(CLI::App& app, Cli& cli);
 void AddSshPolicyCommand(CLI::App& app, Cli& cli);
 void AddSshConfirmCommand(CLI::App& app, Cli& cli);
+void AddApproveCommand(CLI::App& app, Cli& cli);
 void AddEgressCommand(CLI::App& app, Cli& cli);
 void AddConfigCommand(CLI::App& app, Cli& cli);
 void AddKubeCommand(CLI::App& app, Cli& cli);

@@ -1,6 +1,7 @@
 #include "proxy/chain.h"
 
 #include "proxy/body_swap_filter.h"
+#include "proxy/consent_filter.h"
 #include "proxy/destination_filter.h"
 #include "proxy/detection_filter.h"
 #include "proxy/filter_adapter.h"
@@ -19,6 +20,7 @@ Chain DefaultChain() {
   f.push_back(std::make_unique<DestinationFilter>());         // where to, egress policy, scope
   f.push_back(std::make_unique<DetectionFilter>());           // placeholders out of scope: 451
   f.push_back(std::make_unique<NameAgreementFilter>());       // CONNECT = SNI = Host, else 421
+  f.push_back(std::make_unique<ConsentFilter>());             // ask-credentials: a grant, else 403
   f.push_back(std::make_unique<HeaderSubstitutionFilter>());  // placeholder -> real, headers
   f.push_back(std::make_unique<HopByHopFilter>());            // hop-by-hop headers, 100-continue
   f.push_back(std::make_unique<RequestFilterAdapter>());      // config.filters (AWS re-signing)
@@ -29,7 +31,13 @@ Chain DefaultChain() {
 }
 
 Status Chain::OnRequestHead(Exchange& ex) const {
-  for (const auto& f : filters_) RETURN_IF_ERROR(f->OnRequestHead(ex));
+  for (size_t i = ex.head_resume; i < filters_.size(); ++i) {
+    RETURN_IF_ERROR(filters_[i]->OnRequestHead(ex));
+    if (ex.consent_wait) {
+      ex.head_resume = i;  // the driver waits for the decision, then calls again from here
+      return OkStatus();
+    }
+  }
   return OkStatus();
 }
 

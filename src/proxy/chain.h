@@ -3,7 +3,10 @@
 // DefaultChain() in chain.cc, and docs/design.md shows it.
 //
 // Hooks, each returning Status (an error stops the request: see Exchange::Refuse / Exchange::Trip):
-//   OnRequestHead   in list order, once the head is read (nothing has gone upstream)
+//   OnRequestHead   in list order, once the head is read (nothing has gone upstream). A filter
+//                   that must wait for a decision outside the proxy (consent_filter.h) sets
+//                   Exchange::consent_wait: the chain stops after it, and the driver calls
+//                   OnRequestHead again (from that filter) once the ticket is decided.
 //   OnRequestBody   in list order, for each piece of the (de-chunked) request body; the piece may
 //                   be rewritten in place. With Exchange::body_whole the whole body comes in one
 //                   call (end == true); otherwise the body streams (first the held bytes, then

@@ -9,7 +9,7 @@ namespace {
 
 TEST(ChainTest, TheOrderIsOneList) {
   EXPECT_EQ(DefaultChain().Names(),
-            (std::vector<std::string>{"destination", "detection", "name_agreement",
+            (std::vector<std::string>{"destination", "detection", "name_agreement", "consent",
                                       "header_substitution", "hop_by_hop", "request_filters",
                                       "body_swap", "identity_encoding", "response_redaction"}));
 }

@@ -25,6 +25,8 @@
 
 namespace cloister::proxy {
 
+class ConsentTicket;  // consent_filter.h
+
 // The client connection's view of where requests go.
 struct Origin {
   bool tls = false;
@@ -106,6 +108,14 @@ struct Exchange {
   // a longer body is refused with 502.
   bool hold_response = false;
   size_t response_hold_max = 0;
+
+  // Consent (consent_filter.h): an undecided question stops the chain at the consent filter
+  // (`head_resume` is its index); the driver polls the ticket, then runs the chain again from
+  // there. `consent_decided` holds the credentials (indices) already decided for this request.
+  std::shared_ptr<ConsentTicket> consent_wait;
+  size_t consent_waiting_for = 0;  // credential index of consent_wait
+  std::vector<size_t> consent_decided;
+  size_t head_resume = 0;
 
   // A refusal: the driver answers `reply_status` with `reply_reason` (and records it).
   int reply_status = 0;

@@ -3,6 +3,7 @@
 // upstream connections, the streaming hold-back, 100 Continue, upgrades); the filters decide.
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include "proxy/consent_filter.h"
 #include "proxy/proxy_impl.h"
 #include "vault/crypto.h"
 
@@ -79,8 +80,25 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   ex.hold_limit = config_.body_hold_bytes;
   ex.had_body = parser.chunked() || (parser.content_length() && *parser.content_length() > 0);
 
-  // Head: routing, scope, detection, substitution, normalisation, request filters.
-  if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(client, ex, st);
+  // Head: routing, scope, detection, consent, substitution, normalisation, request filters.
+  for (;;) {
+    if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(client, ex, st);
+    if (!ex.consent_wait) break;
+    // A credential waits for a person's decision (consent_filter.h): poll the ticket on a timer,
+    // so this loop keeps serving its other connections; the gate decides timeouts itself, and a
+    // hard cap here keeps a broken gate from holding the request forever (refused: fail closed).
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    auto cap = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (!ex.consent_wait->Poll()) {
+      if (std::chrono::steady_clock::now() > cap) {
+        ex.consent_wait.reset();
+        co_return co_await Refused(client, ex, ex.Refuse(403, "consent: no decision in 10 minutes"));
+      }
+      timer.expires_after(std::chrono::milliseconds(25));
+      auto [ec] = co_await timer.async_wait(kTok);
+      if (ec) co_return false;  // the proxy is stopping
+    }
+  }
   if (ex.expect_continue && !parser.is_done()) {
     static const std::string k100 = "HTTP/1.1 100 Continue\r\n\r\n";
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(k100), kTok);

@@ -73,6 +73,8 @@
 
 namespace cloister::proxy {
 
+class ConsentGate;  // consent_filter.h
+
 struct CompromiseEvent {
   std::string workspace;
   std::string credential;  // credential id whose placeholder was caught
@@ -97,6 +99,9 @@ struct ProxyConfig {
   std::function<void(const CompromiseEvent&)> on_compromise;
   int threads = 2;
   size_t body_hold_bytes = 1 << 20;
+  // Ask-before-use consent (consent_filter.h): who decides whether a credential with an ask
+  // policy may be used. Null: every use of such a credential is refused (fail closed).
+  std::shared_ptr<ConsentGate> consent;
   // Request filters (aws re-signing), in order. See filter.h.
   std::vector<std::shared_ptr<RequestFilter>> filters;
   // Opaque CONNECT tunnels: a CONNECT to a port listed here toward a host in `tunnel_hosts`

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "base/subprocess.h"
+#include "proxy/consent_filter.h"
 #include "proxy/fake_upstream.h"
 #include "proxy/proxy.h"
 #include "vault/placeholder.h"
@@ -112,6 +113,7 @@ class ProxyEnv {
     cfg.tunnel_hosts = tunnel_hosts;
     cfg.egress_policy = egress_policy;
     cfg.transparent_sniff_ms = sniff_ms;
+    cfg.consent = consent;
     auto p = Proxy::Start(std::move(cfg));
     ASSERT_TRUE(p.ok()) << p.error().ToString();
     proxy = std::move(p).value();
@@ -146,6 +148,7 @@ class ProxyEnv {
   std::vector<std::string> tunnel_hosts;
   EgressPolicy egress_policy;  // set before StartProxy
   int sniff_ms = 1000;         // transparent mode's wait for a client's first bytes
+  std::shared_ptr<ConsentGate> consent;  // set before StartProxy (consent_filter.h)
   bool resolve_only = true;    // set before StartProxy
   std::unique_ptr<Proxy> proxy;
   uint16_t proxy_port = 0;

@@ -22,6 +22,14 @@ nlohmann::json TraceRecord::ToJson() const {
                       {"leaks", leaks_j}, {"blocked", blocked}};
   if (!error.empty()) j["error"] = error;
   if (!mode.empty()) j["mode"] = mode;
+  if (!consent.empty()) {
+    nlohmann::json c = nlohmann::json::array();
+    for (const ConsentRecord& d : consent) {
+      c.push_back({{"credential", d.credential}, {"decision", d.decision}, {"by", d.by},
+                   {"grant_s", d.grant_s}, {"asked", d.asked}});
+    }
+    j["consent"] = c;
+  }
   return j;
 }
 
@@ -44,6 +52,14 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
     if (j.contains("swaps") && j["swaps"].is_array()) {
       for (const auto& s : j["swaps"]) {
         if (s.is_string()) r.swaps.push_back(s.get<std::string>());
+      }
+    }
+    if (j.contains("consent") && j["consent"].is_array()) {
+      for (const auto& d : j["consent"]) {
+        if (!d.is_object()) continue;
+        r.consent.push_back({d.value("credential", ""), d.value("decision", ""),
+                             d.value("by", ""), d.value("grant_s", int64_t{0}),
+                             d.value("asked", false)});
       }
     }
     if (j.contains("leaks") && j["leaks"].is_array()) {

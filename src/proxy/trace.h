@@ -5,7 +5,8 @@
 // string removed), status, bytes_up/bytes_down (body bytes), latency_ms (request head to end of
 // response), swaps (credential ids substituted), leaks ([{credential, where, encoding, action}]),
 // blocked, error (why the proxy refused or failed, e.g. "egress policy: ..."), mode ("transparent"
-// for the guest's redirected connections, the "egress" service; absent for proxy mode).
+// for the guest's redirected connections, the "egress" service; absent for proxy mode), consent
+// ([{credential, decision, by, grant_s, asked}]: each ask-before-use decision; absent if none).
 // SECURITY: never a secret value. Placeholders are not secret; real values never reach a record
 // (the proxy only records ids), and query strings are dropped because they may carry other data.
 #pragma once
@@ -31,6 +32,15 @@ struct LeakFlag {
   std::string action;      // "blocked" or "flagged" (LLM body policy)
 };
 
+// A consent decision about one credential of this request (proxy/consent_filter.h).
+struct ConsentRecord {
+  std::string credential;  // credential id
+  std::string decision;    // request, 5m, 1h, vm, grant (an earlier grant), deny, refused
+  std::string by;          // who decided ("approve pid 42"), or why refused ("no listener")
+  int64_t grant_s = 0;     // the grant's length in seconds (-1: until the VM stops; 0: none)
+  bool asked = false;      // a person was asked for this request (false: a grant covered it)
+};
+
 struct TraceRecord {
   int64_t time_ms = 0;
   std::string host;
@@ -46,6 +56,7 @@ struct TraceRecord {
   bool blocked = false;
   std::string error;  // short reason for 4xx/5xx produced by the proxy itself
   std::string mode;   // "" (proxy mode: CONNECT / absolute-form) or "transparent"
+  std::vector<ConsentRecord> consent;  // ask-credentials of this request and their decisions
 
   nlohmann::json ToJson() const;
   static Result<TraceRecord> FromJson(const nlohmann::json& j);

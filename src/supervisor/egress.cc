@@ -118,6 +118,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   (void)oauth;
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
   cfg.on_compromise = std::move(options.on_compromise);
+  cfg.consent = std::move(options.consent);
   cfg.resolve = std::move(options.resolve);
   cfg.resolve_only = options.resolve_only;
   cfg.upstream_ca_file = std::move(options.upstream_ca_file);

@@ -17,6 +17,7 @@
 
 #include "base/result.h"
 #include "protocol/contract.h"
+#include "proxy/consent_filter.h"
 #include "proxy/proxy.h"
 #include "vault/keys.h"
 
@@ -63,6 +64,8 @@ struct EgressOptions {
   std::string config_lock;
   std::string guest_home = protocol::kGuestHome;
   vault::KeyBackend key_backend = vault::KeyBackendFromEnv();  // as `cloister cred` uses it
+  // Decides uses of credentials with an ask policy (supervisor/consent.h); null refuses them.
+  std::shared_ptr<proxy::ConsentGate> consent;
   // Runs on a proxy thread when a placeholder is caught going out of its scope.
   std::function<void(const proxy::CompromiseEvent&)> on_compromise;
   // Upstream overrides (ProxyConfig::resolve / upstream_ca_file / resolve_only). Empty in normal

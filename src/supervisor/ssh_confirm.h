@@ -9,6 +9,10 @@
 //   {"op":"confirm","id":N,"request":"SSH login as \"git\"","fingerprint":"SHA256:..."}
 // to which the listener answers {"id":N,"allow":true|false}.
 //
+// The questions are served by the workspace's consent broker (supervisor/consent.h): an SSH
+// signature is one kind of consent question ("kind":"ssh"), asked of every `cloister approve`
+// listener as well as the newest ssh-confirm listener (this protocol, kept as it was).
+//
 // Fail closed: with no listener, when the listener says no, does not answer within the timeout,
 // hangs up or answers garbage, the signature is refused (the guest's ssh sees SSH_AGENT_FAILURE,
 // "agent refused operation") and the reason is logged (supervisor.log). The newest listener is
@@ -33,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sshagent/agent.h"
+#include "supervisor/consent.h"
 #include "supervisor/control.h"
 
 namespace cloister::vm {
@@ -48,6 +53,9 @@ class SshConfirmBroker {
     bool enabled = false;     // the workspace's ssh policy asks for confirmation
     std::chrono::milliseconds timeout = kSshConfirmTimeout;
     std::function<void(const std::string&)> log;  // one line per refusal/decision
+    // The consent broker that serves the questions (the supervisor shares its own, so
+    // `cloister approve` sees SSH questions too). Null: a broker of its own (timeout, log above).
+    std::shared_ptr<ConsentBroker> broker;
   };
   explicit SshConfirmBroker(Options options);
   ~SshConfirmBroker();
@@ -65,24 +73,16 @@ class SshConfirmBroker {
   // Hangs up every listener (they exit) and refuses every pending and later question.
   void Stop();
 
+  // ssh-confirm listeners (not counting `cloister approve` ones).
   int listeners() const;
 
  private:
-  struct Listener {
-    LineConn* conn = nullptr;
-    uint64_t waiting_id = 0;           // the question in flight (0: none)
-    std::optional<bool> answer;        // its answer, set by ServeListener
-    bool gone = false;
-  };
   void Log(const std::string& line) const;
 
-  Options opts_;
+  Options opts_;  // enabled and fingerprint guarded by mu_
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::list<std::shared_ptr<Listener>> listeners_;  // newest last; guarded by mu_
-  std::mutex ask_mu_;                               // one question at a time
-  uint64_t next_id_ = 1;                            // guarded by mu_
-  bool stopped_ = false;                            // guarded by mu_
+  std::mutex ask_mu_;  // one question at a time
+  std::shared_ptr<ConsentBroker> broker_;
 };
 
 }  // namespace cloister::vm

@@ -35,6 +35,7 @@
 #include "store/layout.h"
 #include "supervisor/boot_plan.h"
 #include "supervisor/boot_timings.h"
+#include "supervisor/consent.h"
 #include "supervisor/control.h"
 #include "proxy/policy.h"
 #include "supervisor/egress.h"
@@ -155,6 +156,9 @@ class Supervisor {
   std::shared_ptr<sshagent::SignOnlyAgent> ssh_agent_;
   // Per-signature confirmation (vm/ssh_confirm.h): `cloister ssh-confirm NAME` listeners.
   std::shared_ptr<SshConfirmBroker> ssh_confirm_;
+  // Ask-before-use consent (supervisor/consent.h): the proxy's gate and the SSH questions;
+  // `cloister approve NAME` and the dashboard listen. Grants live here only.
+  std::shared_ptr<ConsentBroker> consent_;
 };
 
 void Supervisor::Progress(const std::string& stage) {
@@ -223,9 +227,14 @@ void Supervisor::Enqueue(Action a) {
 }
 
 Status Supervisor::Init() {
+  ConsentBroker::Options cb;
+  cb.workspace = opts_.name;
+  cb.log = Log;
+  consent_ = std::make_shared<ConsentBroker>(cb);
   SshConfirmBroker::Options co;
   co.workspace = opts_.name;
   co.log = Log;
+  co.broker = consent_;
   ssh_confirm_ = std::make_shared<SshConfirmBroker>(co);
   ASSIGN_OR_RETURN(store_, Store::Open(opts_.store_root));
   paths_ = RunPathsFor(*store_, opts_.name);
@@ -256,6 +265,9 @@ Status Supervisor::StartEgress() {
   eo.secrets_file = wp.secrets;
   eo.trace_log = wp.trace_log;
   eo.config_lock = wp.config_lock;
+  // A new boot: "until the VM stops" grants end (timed ones run on).
+  consent_->EndVmGrants();
+  eo.consent = consent_;
   std::string name = opts_.name;
   Store* store = store_.get();
   eo.on_compromise = [this, store, name](const proxy::CompromiseEvent& e) {
@@ -872,6 +884,25 @@ void Supervisor::HandleConnection(int fd) {
     ssh_confirm_->ServeListener(conn);  // until the listener leaves or Cleanup stops the broker
     return;
   }
+  if (op == kConsentListenOp || op == kConsentListOp || op == kConsentAnswerOp ||
+      op == kConsentRevokeOp) {
+    // Consent changes nothing of the VM's state: decided like ssh-confirm (any live state).
+    if (auto d = decide(lifecycle::Action::kSshConfirm, nullptr); !d.ok()) {
+      (void)conn.Send(ErrorReply(d.error()));
+      return;
+    }
+    if (op == kConsentListenOp) {
+      ConsentBroker::ListenerOptions lo;
+      lo.client = JsonString(*req, "client");
+      consent_->ServeListener(conn, lo);  // until the listener leaves or Cleanup stops it
+      return;
+    }
+    ucred peer{};
+    socklen_t len = sizeof(peer);
+    int pid = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 ? peer.pid : -1;
+    (void)conn.Send(consent_->HandleRequest(*req, pid));
+    return;
+  }
   if (op == "open-stream") {
     // Host-opened guest services a CLI may ask for; anything else (a guest-opened service name,
     // a typo) is refused here, so the control socket cannot open streams the design does not name.
@@ -968,6 +999,7 @@ void Supervisor::Cleanup() {
   if (mux) mux->Stop();
   if (egress_) egress_->Stop();
   if (ssh_confirm_) ssh_confirm_->Stop();
+  if (consent_) consent_->Stop();
   if (qemu_pid_ > 0) {
     kill(qemu_pid_, SIGKILL);
     WaitChild(qemu_pid_, std::chrono::seconds(10));

@@ -59,6 +59,26 @@ Result<CredentialKind> ParseKind(std::string_view name) {
 
 const char* KindName(CredentialKind kind) { return InfoFor(kind).name; }
 
+const char* ConsentAskName(ConsentAsk a) {
+  switch (a) {
+    case ConsentAsk::kOnce: return "once";
+    case ConsentAsk::kAlways: return "always";
+    case ConsentAsk::kOff: break;
+  }
+  return "off";
+}
+
+Result<ConsentAsk> ParseConsentAsk(std::string_view name) {
+  std::string lower = ToLower(name);
+  if (lower == "off") return ConsentAsk::kOff;
+  if (lower == "once") return ConsentAsk::kOnce;
+  if (lower == "always") return ConsentAsk::kAlways;
+  return Error(ErrorCode::kInvalidArgument, "--ask must be once, always or off (not '" +
+                                                std::string(name.substr(0, 32)) + "')",
+               "once: the first use waits for `cloister approve`, the grant length decides "
+               "after that; always: every use asks; off: never ask");
+}
+
 std::string CredentialId(CredentialKind kind, std::string_view header) {
   if (kind == CredentialKind::kHeader) return "header:" + ToLower(header);
   return KindName(kind);

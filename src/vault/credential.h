@@ -52,6 +52,12 @@ struct OauthLogin {
   // Hosts (exact or subdomain) of the token endpoint: the refresh token's scope.
   std::vector<std::string> token_hosts;
 };
+// Ask-before-use consent (`cloister cred policy NAME CRED --ask ...`, proxy/consent_filter.h):
+// off (default: the proxy swaps whenever the scope holds), once (the first use waits for a
+// person's decision; the grant's length decides after that), always (every use asks).
+enum class ConsentAsk { kOff, kOnce, kAlways };
+const char* ConsentAskName(ConsentAsk a);  // "off", "once", "always"
+Result<ConsentAsk> ParseConsentAsk(std::string_view name);
 
 struct Credential {
   CredentialKind kind = CredentialKind::kHeader;
@@ -61,6 +67,7 @@ struct Credential {
   std::vector<std::string> hosts;  // scope: exact-or-subdomain, lower-case, no port
   std::string header;              // kHeader only: lower-case header name
   bool body_substitution = false;  // opt-in: also swap the placeholder inside request bodies
+  ConsentAsk ask = ConsentAsk::kOff;  // policy: ask before use (vault.h "ask")
   // kAws only (`value` is the secret access key; nothing is substituted in headers: the proxy's
   // AWS filter re-signs, see aws/proxy_filter.h).
   std::string aws_access_key_id;  // not secret: the guest gets the real one

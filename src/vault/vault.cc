@@ -131,6 +131,15 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
             : MakeCredential(kind, c["value"].get<std::string>(), hosts, header,
                              c.value("body", false));
     if (!cred.ok()) return cred.error().WithContext(location.secrets_file);
+    // SECURITY: an ask policy that does not parse fails the open (never silently "off").
+    if (c.contains("ask")) {
+      if (!c["ask"].is_string()) {
+        return Error(ErrorCode::kCorrupt, location.secrets_file + ": malformed ask policy");
+      }
+      Result<ConsentAsk> ask = ParseConsentAsk(c["ask"].get<std::string>());
+      if (!ask.ok()) return ask.error().WithContext(location.secrets_file);
+      cred->ask = *ask;
+    }
     v.credentials_.push_back(std::move(cred).value());
   }
   if (doc.contains("blobs") && doc["blobs"].is_object()) {
@@ -190,6 +199,7 @@ Status Vault::Save() const {
   for (const Credential& c : credentials_) {
     creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
                      {"hosts", c.hosts}, {"header", c.header}, {"body", c.body_substitution}});
+    if (c.ask != ConsentAsk::kOff) creds.back()["ask"] = ConsentAskName(c.ask);
     if (c.kind == CredentialKind::kAws) {
       creds.back()["aws_key_id"] = c.aws_access_key_id;
       creds.back()["aws_token"] = c.aws_session_token;

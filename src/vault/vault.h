@@ -5,6 +5,7 @@
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
 //   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"
+//                                 [,"ask":"once"|"always"]
 //                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)
 //                                 [,"oauth":{"refresh_token","id_token","expires_at_ms","scopes",
 //                                   "plan","rate_limit_tier","account","account_id",

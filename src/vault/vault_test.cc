@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "vault/crypto.h"
 #include "vault/guest_files.h"
 #include "vault/placeholder.h"
 
@@ -260,6 +261,57 @@ TEST(AwsCredentialTest, ValidationErrorsNeverEchoSecrets) {
   EXPECT_EQ(ok->hosts, std::vector<std::string>{"s3.eu-west-1.amazonaws.com"});
   EXPECT_EQ(*ParseKind("aws"), CredentialKind::kAws);
   EXPECT_TRUE(InfoFor(CredentialKind::kAws).headers.empty());
+}
+
+}  // namespace
+}  // namespace cloister::vault
+
+namespace cloister::vault {
+namespace {
+
+// The ask-before-use policy is a field of the credential in the encrypted file; one that does
+// not parse fails the open (never silently "off": consent would be skipped).
+TEST_F(VaultTest, AskPolicyRoundTripsAndAMalformedOneFailsClosed) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    auto c = MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false);
+    ASSERT_TRUE(c.ok());
+    c->ask = ConsentAsk::kAlways;
+    v->Put(*c);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  ASSERT_NE(v->Find("anthropic"), nullptr);
+  EXPECT_EQ(v->Find("anthropic")->ask, ConsentAsk::kAlways);
+  // Re-seal the same plaintext with "ask":"sometimes" (the file's own key and framing).
+  std::string key = Slurp(dir_ + "/keys/vault.key");
+  ASSERT_EQ(key.size(), 32u);
+  const std::string magic = "cloister-secrets-v1\n";
+  std::string file = Slurp(loc_.secrets_file);
+  auto plain = AeadOpen(key, magic + "ws", file.substr(magic.size()));
+  ASSERT_TRUE(plain.ok()) << plain.error().ToString();
+  size_t at = plain->find("\"ask\":\"always\"");
+  ASSERT_NE(at, std::string::npos) << *plain;
+  std::string bad = plain->replace(at, 14, "\"ask\":\"sometimes\"");
+  auto sealed = AeadSeal(key, magic + "ws", bad);
+  ASSERT_TRUE(sealed.ok());
+  std::ofstream(loc_.secrets_file, std::ios::binary | std::ios::trunc) << magic << *sealed;
+  auto reopened = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_NE(reopened.error().message().find("--ask must be once, always or off"), std::string::npos)
+      << reopened.error().ToString();
+}
+
+TEST(ConsentAskTest, NamesParseBothWays) {
+  for (ConsentAsk a : {ConsentAsk::kOff, ConsentAsk::kOnce, ConsentAsk::kAlways}) {
+    auto back = ParseConsentAsk(ConsentAskName(a));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, a);
+  }
+  EXPECT_FALSE(ParseConsentAsk("yes").ok());
+  EXPECT_FALSE(ParseConsentAsk("").ok());
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "proxy/consent_filter.h"
+
+#include <algorithm>
+
+#include "proxy/exchange.h"
+#include "proxy/proxy.h"
+#include "vault/crypto.h"
+
+namespace cloister::proxy {
+
+bool RequestUsesCredential(const Exchange& ex, size_t index) {
+  const vault::BoundCredential& b = ex.ctx.config->credentials[index];
+  const vault::Credential& c = b.credential;
+  // Bodies are not read yet, and an AWS request is re-signed whenever it is in scope: both count
+  // as a use (asking too often is the safe side).
+  if (c.body_substitution || c.kind == vault::CredentialKind::kAws) return true;
+  std::vector<std::string> names = c.kind == vault::CredentialKind::kHeader
+                                       ? std::vector<std::string>{c.header}
+                                       : vault::InfoFor(c.kind).headers;
+  for (const std::string& name : names) {
+    auto range = ex.req.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it) {
+      std::string_view v(it->value().data(), it->value().size());
+      // The same finder the substitution uses (also inside Basic): a swap of the placeholder by
+      // itself finds exactly what HeaderSubstitutionFilter would swap.
+      std::optional<std::string> found = SubstituteInHeader(v, b.placeholder, b.placeholder);
+      if (found) {
+        vault::SecureWipe(*found);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+namespace {
+
+std::string RefusalText(const Exchange& ex, const std::string& cred, const ConsentAnswer& a) {
+  const std::string& ws = ex.ctx.config->workspace;
+  std::string why = a.decision == "deny" ? "denied by " + a.by : "refused: " + a.by;
+  return "credential " + cred + " needs the user's consent (" + why +
+         "); run `cloister approve " + ws + "` on the host to be asked, or `cloister cred policy " +
+         ws + " " + cred + " --ask off` to stop asking";
+}
+
+}  // namespace
+
+Status ConsentFilter::OnRequestHead(Exchange& ex) {
+  // Only a TLS-intercepted request whose names agree ever gets a real value (the substitution
+  // filters check the same), so only such a request needs a decision.
+  if (!ex.origin.tls || !ex.names_agree) return OkStatus();
+  const auto& creds = ex.ctx.config->credentials;
+  // Resumed after a wait: read the decision about the credential we were waiting for.
+  if (ex.consent_wait) {
+    std::optional<ConsentAnswer> a = ex.consent_wait->Poll();
+    if (!a) return OkStatus();  // not yet (the driver only resumes once decided)
+    const std::string cred = creds[ex.consent_waiting_for].credential.id;
+    ex.consent_wait.reset();
+    ex.consent_decided.push_back(ex.consent_waiting_for);
+    ex.rec.consent.push_back({cred, a->decision, a->by, a->grant_s, a->asked});
+    if (!a->allowed) return ex.Refuse(403, RefusalText(ex, cred, *a));
+  }
+  for (size_t i : ex.in_scope) {
+    const vault::Credential& c = creds[i].credential;
+    if (c.ask == vault::ConsentAsk::kOff) continue;
+    if (std::find(ex.consent_decided.begin(), ex.consent_decided.end(), i) !=
+        ex.consent_decided.end()) {
+      continue;
+    }
+    if (!RequestUsesCredential(ex, i)) continue;
+    if (!ex.ctx.config->consent) {
+      // SECURITY: fail closed: an ask policy with nobody to ask is a refusal, never a swap.
+      ConsentAnswer none{false, "refused", "no consent broker in this proxy", 0, false};
+      ex.rec.consent.push_back({c.id, none.decision, none.by, 0, false});
+      return ex.Refuse(403, RefusalText(ex, c.id, none));
+    }
+    ConsentQuestion q{c.id, ex.target.host, ex.rec.method, ex.rec.path, c.ask};
+    std::shared_ptr<ConsentTicket> t = ex.ctx.config->consent->Ask(q);
+    std::optional<ConsentAnswer> a = t ? t->Poll() : ConsentAnswer{false, "refused", "no ticket", 0};
+    if (!a) {
+      ex.consent_wait = std::move(t);  // the chain stops here; the driver waits and resumes
+      ex.consent_waiting_for = i;
+      return OkStatus();
+    }
+    ex.consent_decided.push_back(i);
+    // Decided at once: usually a grant (decision "grant") or nobody to ask; a listener that
+    // answered before this first poll says so in `asked`.
+    ex.rec.consent.push_back({c.id, a->decision, a->by, a->grant_s, a->asked});
+    if (!a->allowed) return ex.Refuse(403, RefusalText(ex, c.id, *a));
+  }
+  return OkStatus();
+}
+
+}  // namespace cloister::proxy

@@ -1,0 +1,86 @@
+// Ask-before-use consent for credentials (issue 19): a credential whose policy is `ask`
+// (`cloister cred policy NAME CRED --ask once|always`, vault::Credential::ask) is swapped into a
+// request only after a person on the host said yes.
+//
+// The proxy does not know who decides: it asks a ConsentGate (ProxyConfig::consent), which the
+// supervisor implements (supervisor/consent.h: the broker, its listeners `cloister approve` and the
+// dashboard, and the timed grants). The filter sits in the chain after the name agreement and
+// before any substitution (chain.cc), so the real value of an ask-credential is never put into the
+// request before the grant.
+//
+// Waiting: filters never block. When a question is undecided the filter leaves a ticket in the
+// exchange (Exchange::consent_wait); the chain stops there (Chain::OnRequestHead), the HTTP driver
+// polls the ticket on a timer off nothing (the event loop serves other connections meanwhile) and
+// calls the chain again from this filter, which then reads the answer.
+//
+// Fail closed: no gate configured, no listener, no answer in time, a closed listener or garbage:
+// the request is refused with 403 and a body naming the credential and `cloister approve NAME`;
+// nothing of it goes upstream. Each decision lands in the request's trace record (trace.h
+// ConsentRecord: who, what, grant length).
+//
+// SECURITY: the question carries guest-chosen text (host, method, path); the broker and every
+// listener treat it as hostile (bounded, control characters stripped before display).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "proxy/chain.h"
+#include "vault/credential.h"
+
+namespace cloister::proxy {
+
+// One use of an ask-credential, as the proxy sees it.
+struct ConsentQuestion {
+  std::string credential;  // credential id ("github", "header:x-api-key")
+  std::string host;        // destination host
+  std::string method;
+  std::string path;        // without the query string (TracePath)
+  vault::ConsentAsk ask = vault::ConsentAsk::kOnce;
+};
+
+// The decision about one question.
+struct ConsentAnswer {
+  bool allowed = false;
+  // "request", "5m", "1h", "vm" (a person's yes and its grant length), "grant" (an earlier grant
+  // covered this use), "deny" (a person's no) or "refused" (nobody decided: see `by`).
+  std::string decision;
+  // Who decided: "approve pid 1234", "ui pid 99", or for "refused" why: "no listener",
+  // "no answer within 60 s", "the listener left", "garbage answer", "stopping".
+  std::string by;
+  int64_t grant_s = 0;  // seconds the grant lasts from now (-1: until the VM stops; 0: none)
+  bool asked = false;   // the question was put to a listener (false: a grant, or nobody to ask)
+};
+
+// A pending question. Thread safe; Poll never blocks. Dropping an undecided ticket withdraws the
+// question (the guest went away).
+class ConsentTicket {
+ public:
+  virtual ~ConsentTicket() = default;
+  // The answer once decided (the same one on every later call), nullopt while undecided.
+  // Implementations decide timeouts here too, so polling alone ends every wait.
+  virtual std::optional<ConsentAnswer> Poll() = 0;
+};
+
+// Implemented by the supervisor's broker (supervisor/consent.h). Thread safe.
+class ConsentGate {
+ public:
+  virtual ~ConsentGate() = default;
+  // May return an already decided ticket (a live grant; no listener). Never null.
+  virtual std::shared_ptr<ConsentTicket> Ask(const ConsentQuestion& question) = 0;
+};
+
+class ConsentFilter : public Filter {
+ public:
+  const char* name() const override { return "consent"; }
+  Status OnRequestHead(Exchange& ex) override;
+};
+
+// True when this request would use credential `index` (of ex.ctx.config->credentials): its
+// placeholder is in one of the credential's headers (also inside Basic), or the credential swaps
+// in bodies (the body is not read yet) or is re-signed (aws). Pure; exposed for tests.
+bool RequestUsesCredential(const Exchange& ex, size_t index);
+
+}  // namespace cloister::proxy
