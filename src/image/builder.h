@@ -19,9 +19,11 @@ inline constexpr char kTestImageName[] = "test";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "5";  // 2: curl; 3: openssh-client, git, gh;
-// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`)
-inline constexpr char kFullRecipeVersion[] = "2";  // 2: nftables
+inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client, git, gh;
+// 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
+// 6: openssh-server and rsync (IDE access, guest/sshd.h), the sshd privilege separation user
+inline constexpr char kFullRecipeVersion[] = "3";  // 2: nftables; 3: openssh-server (its
+// service masked, no host keys: sshd runs per channel stream), rsync, dev not locked for sshd
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
