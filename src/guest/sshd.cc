@@ -82,18 +82,22 @@ std::string SshdConfigText(const SshdOptions& o, std::vector<std::string>* skipp
   c += std::string("PermitRootLogin ") + (o.permit_root ? "prohibit-password" : "no") + "\n";
   c += "AllowUsers " + o.user + "\n";
   c += "StrictModes yes\n";
-  // SECURITY: no forwarding of any kind. The user's host agent never reaches the guest (`ssh -A`
-  // is refused); the guest's SSH_AUTH_SOCK is the workspace's sign-only agent (SetEnv below).
+  // SECURITY: nothing from the guest toward the host. The user's host agent never reaches the
+  // guest (`ssh -A` is refused; the guest's SSH_AUTH_SOCK is the workspace's sign-only agent,
+  // SetEnv below); no remote (-R), X11, tunnel or unix-socket forwarding, no listening socket.
+  // The one direction allowed is the host's client opening a stream to the GUEST'S OWN loopback
+  // (-L/-D/-W to 127.0.0.1, localhost, [::1]): VS Code Remote-SSH and JetBrains Gateway reach
+  // their server in the guest that way. It gives the host user nothing `cloister exec` does not,
+  // and the guest nothing at all (docs/threat-model.md, "IDE access over SSH").
   c += "AllowAgentForwarding no\n";
-  c += "AllowTcpForwarding no\n";
+  c += "AllowTcpForwarding local\n";
+  c += "PermitOpen 127.0.0.1:* localhost:* [::1]:*\n";
   c += "AllowStreamLocalForwarding no\n";
   c += "X11Forwarding no\n";
   c += "PermitTunnel no\n";
   c += "GatewayPorts no\n";
   c += "PermitListen none\n";
-  c += "PermitOpen none\n";
   c += "PermitUserEnvironment no\n";
-  c += "DisableForwarding yes\n";
   c += "UseDNS no\n";
   c += "PrintMotd no\n";
   c += "PrintLastLog no\n";

@@ -5,9 +5,10 @@
 //
 // What sshd gets, all from the host at boot (metadata disk `files`, written by the agent as root
 // into protocol::kGuestSshdDir): the workspace's host key (0600) and one authorized_keys line,
-// the store's client PUBLIC key with `restrict,pty`. The agent writes sshd_config itself
-// (SshdConfigText): public key authentication only, for the workspace user only, no agent, TCP,
-// stream-local, X11 or tunnel forwarding (defence in depth beside `restrict`), internal sftp, and
+// the store's client PUBLIC key with `restrict,pty,port-forwarding`. The agent writes sshd_config
+// (SshdConfigText): public key authentication only, for the workspace user only, no agent,
+// remote (-R), stream-local, X11 or tunnel forwarding; local forwarding (-L/-D/-W) only to the
+// guest's own loopback, which IDEs need to reach their server in the guest; internal sftp; and
 // SSH_AUTH_SOCK set to the workspace's sign-only agent socket, so the user's host agent is never
 // what a session sees (`ssh -A` gets a refusal, not a forward).
 //

@@ -6,6 +6,7 @@
 // privilege separation); the sessions log in as root (SshdOptions::permit_root, tests only).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -206,22 +207,62 @@ TEST_F(SshdOpenSshTest, AgentForwardingGivesTheWorkspaceAgentNotTheHostOne) {
   EXPECT_EQ(r.out.find(host_key), std::string::npos) << "the host agent was forwarded:\n" << r.out;
 }
 
-TEST_F(SshdOpenSshTest, TcpAndStreamForwardingAreRefused) {
-  // A real listener on loopback, so the refusal is sshd's policy, not a closed port.
+// A listener on `ip` (loopback only), answering "hello\n" to one connection; returns its port.
+int EchoListener(const char* ip, std::thread* server) {
   int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(l, 4), 0);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 4) != 0) return -1;
   socklen_t len = sizeof a;
   getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
-  std::string target = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-  auto r = Ssh({"-o", "LogLevel=INFO", "-W", target, "ws.cloister"});
-  close(l);
+  *server = std::thread([l] {
+    pollfd p{l, POLLIN, 0};
+    if (poll(&p, 1, 60000) == 1) {  // bounded: the test ends either way
+      int c = accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        ssize_t w = write(c, "hello\n", 6);
+        (void)w;
+        close(c);
+      }
+    }
+    close(l);
+  });
+  return ntohs(a.sin_port);
+}
+
+TEST_F(SshdOpenSshTest, OnlyLocalForwardsToTheGuestLoopbackAreAllowed) {
+  // IDEs reach their server in the guest through a local forward to its loopback: allowed.
+  std::thread s1;
+  int port = EchoListener("127.0.0.1", &s1);
+  ASSERT_GT(port, 0);
+  auto r = Ssh({"-o", "LogLevel=INFO", "-W", "127.0.0.1:" + std::to_string(port), "ws.cloister"});
+  s1.join();
+  EXPECT_EQ(r.out, "hello\n") << r.exit_code << ": " << r.err;
+  // Any other destination (here another loopback address, so a broken check stays on this
+  // machine) is refused by sshd before it connects.
+  std::thread s2;
+  int port2 = EchoListener("127.0.0.2", &s2);
+  ASSERT_GT(port2, 0);
+  r = Ssh({"-o", "LogLevel=INFO", "-W", "127.0.0.2:" + std::to_string(port2), "ws.cloister"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("administratively prohibited"), std::string::npos)
-      << r.exit_code << ": " << r.err << r.out;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("administratively prohibited"), std::string::npos) << r.exit_code << ": " << r.err;
+  // Unblock the second listener (nobody else connects to it).
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+  a.sin_port = htons(static_cast<uint16_t>(port2));
+  connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  close(c);
+  s2.join();
+  // Remote forwards (a guest port leading back to the host) are refused.
+  r = Ssh({"-o", "ExitOnForwardFailure=yes", "-R", "0:127.0.0.1:" + std::to_string(port),
+           "ws.cloister", "echo forwarded"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.out.find("forwarded"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("remote port forwarding failed"), std::string::npos) << r.err;
 }
 
 TEST_F(SshdOpenSshTest, ScpSftpAndRsyncWorkBothWays) {

@@ -19,16 +19,17 @@ bool HasLine(const std::string& text, const std::string& line) {
   return false;
 }
 
-TEST(SshdConfigTest, PublicKeyOnlyForTheWorkspaceUserAndNoForwarding) {
+TEST(SshdConfigTest, PublicKeyOnlyForTheWorkspaceUserAndOnlyLocalForwardsToTheGuestLoopback) {
   SshdOptions o;
   std::string c = SshdConfigText(o);
   for (const char* line :
        {"HostKey /run/cloister/sshd/ssh_host_ed25519_key",
         "AuthorizedKeysFile /run/cloister/sshd/authorized_keys", "AuthenticationMethods publickey",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin no",
-        "AllowUsers dev", "AllowAgentForwarding no", "AllowTcpForwarding no",
+        "AllowUsers dev", "AllowAgentForwarding no", "AllowTcpForwarding local",
+        "PermitOpen 127.0.0.1:* localhost:* [::1]:*", "PermitListen none",
         "AllowStreamLocalForwarding no", "X11Forwarding no", "PermitTunnel no",
-        "DisableForwarding yes", "PermitUserEnvironment no", "Subsystem sftp internal-sftp",
+        "PermitUserEnvironment no", "Subsystem sftp internal-sftp",
         "SetEnv \"SSH_AUTH_SOCK=/run/cloister/ssh-agent.sock\""}) {
     EXPECT_TRUE(HasLine(c, line)) << line << "\n" << c;
   }

@@ -231,9 +231,12 @@ Result<SshdGuestMaterial> SshdGuestMaterialFor(const std::string& keys_dir,
   ASSIGN_OR_RETURN(Ed25519Key host, LoadOrMakeSshdHostKey(workspace_dir));
   SshdGuestMaterial m;
   ASSIGN_OR_RETURN(m.host_key, OpenSshPrivateKey(host, "cloister-sshd"));
-  // SECURITY: the client key's public line only; `restrict` turns off every forwarding and the
-  // user's rc file for this key whatever sshd_config says, `pty` gives back the terminal.
-  m.authorized_keys = "restrict,pty " + client.AuthorizedKeysLine(kClientKeyComment) + "\n";
+  // SECURITY: the client key's public line only; `restrict` turns off agent and X11 forwarding
+  // and the user's rc file for this key whatever sshd_config says; `pty` gives back the terminal,
+  // `port-forwarding` the local forwards IDEs use (sshd_config limits them to the guest's
+  // loopback and refuses remote ones, guest/sshd.cc).
+  m.authorized_keys =
+      "restrict,pty,port-forwarding " + client.AuthorizedKeysLine(kClientKeyComment) + "\n";
   return m;
 }
 

@@ -62,7 +62,7 @@ Status CheckSshdHostPin(const std::string& name, const std::string& workspace_di
 // What the guest's sshd needs for one boot. SECURITY: the client key's PUBLIC part only.
 struct SshdGuestMaterial {
   SecretString host_key;        // OpenSSH private key text of the workspace's host key
-  std::string authorized_keys;  // "restrict,pty ssh-ed25519 AAAA... cloister-client\n"
+  std::string authorized_keys;  // "restrict,pty,port-forwarding ssh-ed25519 AAAA... cloister-client\n"
 };
 Result<SshdGuestMaterial> SshdGuestMaterialFor(const std::string& keys_dir,
                                                const std::string& workspace_dir);

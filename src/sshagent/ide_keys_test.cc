@@ -126,7 +126,7 @@ TEST_F(IdeKeysTest, GuestMaterialCarriesOnlyTheClientPublicKey) {
     EXPECT_EQ(all.find(form), std::string::npos);
   }
   EXPECT_EQ(m->authorized_keys,
-            "restrict,pty " + client->AuthorizedKeysLine(kClientKeyComment) + "\n");
+            "restrict,pty,port-forwarding " + client->AuthorizedKeysLine(kClientKeyComment) + "\n");
   auto host = ParseOpenSshPrivateKey(m->host_key.view());
   ASSERT_TRUE(host.ok());
   EXPECT_NE(host->public_key(), client->public_key());
