@@ -37,6 +37,9 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddCpCommand(app, cli);
   AddLogsCommand(app, cli);
   AddUiCommand(app, cli);
+  AddSshCommand(app, cli);
+  AddSshConfigCommand(app, cli);
+  AddSshStdioCommand(app, cli);
   AddCompletionCommand(app, cli);
 }
 

@@ -39,6 +39,9 @@ void AddRemoteCommand(CLI::App& app, Cli& cli);
 void AddCpCommand(CLI::App& app, Cli& cli);
 void AddLogsCommand(CLI::App& app, Cli& cli);
 void AddUiCommand(CLI::App& app, Cli& cli);
+void AddSshCommand(CLI::App& app, Cli& cli);
+void AddSshStdioCommand(CLI::App& app, Cli& cli);
+void AddSshConfigCommand(CLI::App& app, Cli& cli);
 // Last: it walks the tree the others built (and adds the hidden `_complete-names`).
 void AddCompletionCommand(CLI::App& app, Cli& cli);
 

@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/image_resolver.h"
+#include "sshagent/ide_keys.h"
 #include "sshagent/vault_key_store.h"
 #include "store/store.h"
 
@@ -20,12 +21,17 @@ namespace cloister::cli {
 // Every verb that may create a workspace or wipe its home must open the store here: it installs
 // the catalog's image resolver (cli/image_resolver.h), so `--image NAME` goes through the verified
 // catalog, and the workspace SSH key hook (sshagent/vault_key_store.h), so `create`, `wipe-home`
-// and `wipe` make a fresh key in the workspace's encrypted secrets file.
+// and `wipe` make a fresh key in the workspace's encrypted secrets file; and the sshd host key hook
+// (sshagent/ide_keys.h), so `create` and `wipe` give the guest's sshd a new identity.
 inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   StoreOptions options;
   options.resolve_image = CatalogImageResolver(Env::Default(), cli.StoreRoot());
   options.make_ssh_key =
       sshagent::MakeWorkspaceKeyHook(cli.StoreRoot() + "/" + std::string(layout::kKeysDir));
+  // The guest sshd's host key (IDE access): new at `create` and `wipe`.
+  options.make_sshd_host_key = [](const std::string&, const std::string& dir) {
+    return sshagent::MakeSshdHostKey(dir);
+  };
   return Store::Open(cli.StoreRoot(), std::move(options));
 }
 

@@ -38,6 +38,7 @@
 #include "guest/tcp_connect.h"
 #include "protocol/contract.h"
 #include "guest/spawn.h"
+#include "guest/sshd.h"
 #include "guest/transparent.h"
 
 namespace cloister::guest {
@@ -445,6 +446,11 @@ int RunAgent(const AgentOptions& o) {
   exec_opts.group_path = o.group_path;
   exec_opts.switch_user = o.switch_user;
 
+  SshdOptions sshd_opts;
+  sshd_opts.user = config->user;
+  sshd_opts.env = config->env;
+  sshd_opts.log = o.log;
+
   Shared shared;
   std::atomic<bool> ready{false};
   std::string ready_info;
@@ -601,6 +607,10 @@ int RunAgent(const AgentOptions& o) {
     });
     (*mux)->RegisterService(protocol::kTcpService, [](int sfd, const std::vector<std::string>& args) {
       std::thread([sfd, args] { ServeTcpConnect(sfd, args); }).detach();
+    });
+    // IDE access (guest/sshd.h): each host-opened stream is one `sshd -i`.
+    (*mux)->RegisterService(protocol::kSshdService, [&sshd_opts](int sfd, const std::vector<std::string>&) {
+      std::thread([sfd, &sshd_opts] { ServeSshd(sfd, sshd_opts); }).detach();
     });
     {
       std::lock_guard<std::mutex> l(shared.mu);

@@ -22,9 +22,11 @@ inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
 inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client, git, gh;
 // 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
-// 6: virtio_balloon (free page reporting), the boot hook's "started" line
+// 6: virtio_balloon (free page reporting), the boot hook's "started" line, openssh-server and
+// rsync (IDE access, guest/sshd.h), the sshd privilege separation user
 inline constexpr char kFullRecipeVersion[] = "3";  // 2: nftables; 3: units masked
-// (MaskedUnits), the boot hook's "started" line
+// (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
+// sshd runs per channel stream), rsync, dev not locked for sshd
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)

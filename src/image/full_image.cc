@@ -30,6 +30,9 @@ const std::vector<std::string>& FullPackages() {
       // what the issue asks for a coding agent
       "sudo", "git", "curl", "ca-certificates", "openssh-client", "tmux", "python3", "nodejs",
       "npm", "build-essential",
+      // IDE access over SSH (guest/sshd.h: the agent runs `sshd -i` per channel stream) and
+      // rsync for `rsync -e ssh`
+      "openssh-server", "rsync",
       // the guest agent's transparent egress (nft redirect of outbound TCP to itself)
       "nftables",
       // small conveniences every shell user expects
@@ -72,6 +75,16 @@ std::vector<catalog::PostInstallStep> FullPostInstall() {
                        " / ext4 defaults,discard 0 1\\n' > \"$1/etc/fstab\"\n"
                    "echo 'C.UTF-8 UTF-8' > \"$1/etc/locale.gen\"\n"
                    "echo 'LANG=C.UTF-8' > \"$1/etc/default/locale\"\n"});
+  // sshd never listens in the guest (the agent runs `sshd -i` on channel streams): its units are
+  // masked. `useradd` locks dev ("!"), which sshd without PAM refuses even for a key: "*" has
+  // no password either, and is not locked. Host keys are deleted by the cleanup step (the host
+  // gives each workspace its own at boot).
+  steps.push_back({"sshd",
+                   "ln -sf /dev/null \"$1/etc/systemd/system/ssh.service\"\n"
+                   "ln -sf /dev/null \"$1/etc/systemd/system/ssh.socket\"\n"
+                   "rm -f \"$1/etc/systemd/system/sshd.service\" "
+                   "\"$1/etc/systemd/system/multi-user.target.wants/ssh.service\"\n"
+                   "sed -i 's/^" + user + ":!:/" + user + ":*:/' \"$1/etc/shadow\"\n"});
   steps.push_back(BootHookStep());
   steps.push_back(BootServiceStep());
   // Units a workspace does not need (seen in `systemd-analyze blame` under TCG): the VM has no

@@ -59,7 +59,11 @@ const std::vector<std::string>& TestPackages() {
       // procps's ps (the full image has it too): codex starts its app server and checks it with
       // `ps -p PID -o stat=,lstart=`, which busybox's ps does not take
       "procps", "libproc2-0", "libsystemd0", "libcap2", "libgcrypt20", "libgpg-error0",
-      "liblzma5", "liblz4-1", "libncursesw6"};
+      "liblzma5", "liblz4-1", "libncursesw6",
+      // OpenSSH's server for IDE access (guest/sshd.h: `sshd -i` per channel stream; no service,
+      // no host keys in the image) and rsync for `rsync -e ssh` through it
+      "openssh-server", "libcrypt1", "libwrap0", "libaudit1", "libpam0g", "libcap-ng0", "libnsl2",
+      "libtirpc3", "rsync", "libacl1", "libpopt0", "libxxhash0"};
   return k;
 }
 
@@ -102,9 +106,11 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
   steps.push_back({"users",
                    "mkdir -p \"$1/etc\" \"$1/root\" \"$1" + home + "\"\n"
                    "printf 'root:x:0:0:root:/root:/bin/sh\\n" + user + ":x:" + uid + ":" + gid + ":" +
-                       user + ":" + home + ":/bin/sh\\n'"
+                       user + ":" + home + ":/bin/sh\\n"
+                       // sshd's privilege separation user (Debian's openssh-server makes it)
+                       "sshd:x:100:65534::/run/sshd:/bin/false\\n'"
                        " > \"$1/etc/passwd\"\n"
-                       "printf 'root:x:0:\\n" + user + ":x:" + gid + ":\\n' > \"$1/etc/group\"\n"
+                       "printf 'root:x:0:\\n" + user + ":x:" + gid + ":\\nnogroup:x:65534:\\n' > \"$1/etc/group\"\n"
                        "printf 'root:*:19000:0:99999:7:::\\n" + user +
                        ":*:19000:0:99999:7:::\\n' > \"$1/etc/shadow\"\n"
                        "chmod 0640 \"$1/etc/shadow\"\n"

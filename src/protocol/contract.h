@@ -57,4 +57,10 @@ inline constexpr char kGuestAgentListen[] = "unix:/run/cloister/ssh-agent.sock";
 inline constexpr uint16_t kTransparentPort = 3129;
 inline constexpr uint16_t kTransparentDnsPort = 53;
 
+// ---- IDE access over SSH (guest/sshd.h): what the host gives the guest's sshd at boot ----
+// Written by the agent from the metadata disk's `files` (root, 0600 key), read by `sshd -i`.
+inline constexpr char kGuestSshdDir[] = "/run/cloister/sshd";
+inline constexpr char kGuestSshdHostKey[] = "/run/cloister/sshd/ssh_host_ed25519_key";
+inline constexpr char kGuestSshdAuthorizedKeys[] = "/run/cloister/sshd/authorized_keys";
+
 }  // namespace cloister::protocol

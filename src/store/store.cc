@@ -399,6 +399,13 @@ Status Store::MakeSshKey(const std::string& name, const std::string& dir) {
   return OkStatus();
 }
 
+Status Store::MakeSshdHostKey(const std::string& name, const std::string& dir) {
+  if (!options_.make_sshd_host_key) return OkStatus();
+  Status s = options_.make_sshd_host_key(name, dir);
+  if (!s.ok()) return s.error().WithContext("making the workspace's sshd host key");
+  return OkStatus();
+}
+
 Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
   RETURN_IF_ERROR(ValidateWorkspaceName(req.name));
   if (req.memory_mib < 128 || req.memory_mib > (1u << 20)) {
@@ -494,6 +501,7 @@ Result<WorkspaceConfig> Store::Create(const CreateRequest& req) {
     c.home_top = home.file;
     c.next_generation = 3;
     RETURN_IF_ERROR(MakeSshKey(req.name, staging));
+    RETURN_IF_ERROR(MakeSshdHostKey(req.name, staging));
     // Commit under the store lock: reserve the MAC, write the config, rename into place.
     ASSIGN_OR_RETURN(std::unique_ptr<FileLock> store_lock, LockStore());
     MacRegistry registry(env_, MacRegistryPath());
@@ -700,7 +708,10 @@ Status Store::ReplaceHome(
   RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
   if (compact) RETURN_IF_ERROR(Compact(name, /*may_rewrite_live_tops=*/true));
   RETURN_IF_ERROR(CollectGarbage(name));
-  return MakeSshKey(name, p.dir);
+  RETURN_IF_ERROR(MakeSshKey(name, p.dir));
+  // `wipe` also gives the guest's sshd a new identity (pins made before no longer match).
+  if (action == lifecycle::Action::kWipe) return MakeSshdHostKey(name, p.dir);
+  return OkStatus();
 }
 
 Status Store::WipeHome(const std::string& name) {

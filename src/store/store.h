@@ -52,6 +52,12 @@ struct StoreOptions {
   // encrypted in <dir>/secrets.enc (vault) and writes only the PUBLIC key to
   // <dir>/ssh/id_ed25519.pub. Empty: no key is made.
   std::function<Status(const std::string& name, const std::string& workspace_dir)> make_ssh_key;
+  // Makes a fresh host key for the guest's sshd (IDE access, sshagent/ide_keys.h): called by
+  // Create (staging directory, before the commit) and by Wipe (workspace lock held), never by
+  // WipeHome. Writes <dir>/ssh/sshd_host_ed25519_key{,.pub}. Empty: no key is made (the
+  // supervisor then makes one at the first boot).
+  std::function<Status(const std::string& name, const std::string& workspace_dir)>
+      make_sshd_host_key;
   // Turns CreateRequest::image into what the system disk is cloned from. Called by Create under
   // the store lock. Empty: ResolveImage (image_ref.h: a raw image path only). The CLI installs
   // cli::CatalogImageResolver (cli/image_resolver.h): "" means the default image, a name is
@@ -297,6 +303,7 @@ class Store {
   Result<std::string> NewHomeImage(const std::string& dir, const WorkspaceConfig& config,
                                    uint64_t generation);
   Status MakeSshKey(const std::string& name, const std::string& dir);
+  Status MakeSshdHostKey(const std::string& name, const std::string& dir);
   // WipeHome and Wipe: `drop` takes layers out of the config (naming them in `dropped`) in the
   // one commit that installs a fresh empty home (store.cc).
   Status ReplaceHome(const std::string& name, lifecycle::Action action, bool compact,

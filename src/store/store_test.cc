@@ -34,6 +34,10 @@ class StoreTest : public ::testing::Test {
     o.clock = clock_.fn();
     o.system_disk_mode = SystemDiskMode::kQcow2;
     o.make_ssh_key = FakeSshKeyHook(&key_calls_);
+    o.make_sshd_host_key = [this](const std::string& name, const std::string& dir) {
+      host_key_calls_.push_back(name + "@" + dir.substr(dir.rfind('/') + 1));
+      return OkStatus();
+    };
     store_ = std::move(Store::Open(root_, o)).value();
   }
 
@@ -75,7 +79,23 @@ class StoreTest : public ::testing::Test {
   std::string base_, root_;
   std::unique_ptr<Store> store_;
   int key_calls_ = 0;
+  std::vector<std::string> host_key_calls_;  // "NAME@DIRNAME" per make_sshd_host_key call
 };
+
+// The guest sshd's host key (IDE access) is new at create and at wipe, kept by wipe-home and
+// reset: a pin made before a wipe must stop matching, one made before wipe-home must not.
+TEST_F(StoreTest, SshdHostKeyIsMadeAtCreateAndWipeOnly) {
+  MustCreate("ws");
+  ASSERT_EQ(host_key_calls_.size(), 1u);
+  EXPECT_EQ(host_key_calls_[0].substr(0, 3), "ws@");
+  EXPECT_NE(host_key_calls_[0], "ws@ws");  // the staging directory, before the commit
+  ASSERT_TRUE(store_->WipeHome("ws").ok());
+  ASSERT_TRUE(store_->Reset("ws").ok());
+  EXPECT_EQ(host_key_calls_.size(), 1u);
+  ASSERT_TRUE(store_->Wipe("ws").ok());
+  ASSERT_EQ(host_key_calls_.size(), 2u);
+  EXPECT_EQ(host_key_calls_[1], "ws@ws");
+}
 
 TEST_F(StoreTest, CreateMakesEveryFileOfTheWorkspace) {
   WorkspaceConfig c = MustCreate("dev");

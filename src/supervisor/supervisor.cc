@@ -30,6 +30,7 @@
 #include "sshagent/agent.h"
 #include "sshagent/ed25519_key.h"
 #include "sshagent/host_pins.h"
+#include "sshagent/ide_keys.h"
 #include "sshagent/policy.h"
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
@@ -359,6 +360,13 @@ Status Supervisor::Boot(bool resume) {
   in.disks = disks;
   in.kernel = kernel;
   in.guest = egress_->guest();
+  // IDE access (guest/sshd.h, sshagent/ide_keys.h): the workspace's sshd host key and the
+  // store's client PUBLIC key (made on first use). SECURITY: the client's private key stays here.
+  ASSIGN_OR_RETURN(sshagent::SshdGuestMaterial sshd,
+                   sshagent::SshdGuestMaterialFor(
+                       store_->root() + "/" + std::string(layout::kKeysDir), paths_.workspace_dir));
+  in.guest.files.push_back({protocol::kGuestSshdHostKey, sshd.host_key.str(), 0600, "root"});
+  in.guest.files.push_back({protocol::kGuestSshdAuthorizedKeys, sshd.authorized_keys, 0644, "root"});
   in.paths = paths_;
   ASSIGN_OR_RETURN(BootPlan plan, PlanBoot(in));
   QemuLaunchOptions launch;
