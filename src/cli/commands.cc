@@ -37,6 +37,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddLogsCommand(app, cli);
   AddUiCommand(app, cli);
   AddCompletionCommand(app, cli);
+  AddPortCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -40,6 +40,7 @@ void AddLogsCommand(CLI::App& app, Cli& cli);
 void AddUiCommand(CLI::App& app, Cli& cli);
 // Last: it walks the tree the others built (and adds the hidden `_complete-names`).
 void AddCompletionCommand(CLI::App& app, Cli& cli);
+void AddPortCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

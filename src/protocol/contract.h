@@ -57,4 +57,11 @@ inline constexpr char kGuestAgentListen[] = "unix:/run/cloister/ssh-agent.sock";
 inline constexpr uint16_t kTransparentPort = 3129;
 inline constexpr uint16_t kTransparentDnsPort = 53;
 
+// ---- Published ports (supervisor/ports.h, guest/listeners.h) ----
+// Guest-opened, only when config.json says "auto_ports": the agent writes one line per change of
+// its listening TCP ports, "ports P1 P2 ...\n" (decimal, at most kMaxReportedPorts, sorted); the
+// host forwards them from 127.0.0.1. Hostile to the host: it parses with bounds.
+inline constexpr char kPortsReportService[] = "ports-report";
+inline constexpr unsigned kMaxReportedPorts = 256;
+
 }  // namespace cloister::protocol

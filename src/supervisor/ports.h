@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "protocol/contract.h"
 #include "store/config.h"
 #include "store/config_section.h"
 
@@ -53,7 +54,7 @@ inline constexpr char kDefaultHostIp[] = "127.0.0.1";
 inline constexpr size_t kMaxPublishedPorts = 64;     // -p entries in the config
 inline constexpr size_t kMaxForwards = 128;          // every forward at once (config+added+auto)
 inline constexpr size_t kMaxAutoPorts = 32;          // auto forwards at once
-inline constexpr size_t kMaxReportPorts = 256;       // ports in one guest report line
+inline constexpr size_t kMaxReportPorts = protocol::kMaxReportedPorts;  // ports in one report line
 inline constexpr size_t kMaxReportLine = 2048;       // bytes of one report line, newline included
 inline constexpr uint16_t kFirstUnprivilegedPort = 1024;
 // A guest port below 1024 is auto-forwarded from this offset up (80 -> 8080, 443 -> 8443).
