@@ -1,5 +1,7 @@
 #include "supervisor/ports.h"
 
+#include "vm/meta_disk.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -233,6 +235,14 @@ TEST(PortsConfigTest, RoundTripsAndFailsClosed) {
   }
 }
 
+// The guest watches its listeners only when the workspace opted in (the metadata config's flag).
+TEST(PortsConfigTest, AutoPortsReachesTheMetadataConfig) {
+  MetaConfig meta;
+  EXPECT_EQ(MetaConfigJson(meta)["auto_ports"], false);
+  meta.auto_ports = true;
+  EXPECT_EQ(MetaConfigJson(meta)["auto_ports"], true);
+}
+
 TEST(PortsReportTest, ParsesBoundedReports) {
   auto r = ParsePortsReport("ports 5173 8080\n");
   ASSERT_TRUE(r.ok()) << r.error().ToString();
@@ -443,12 +453,17 @@ TEST(PortForwarderTest, ReportStreamAppliesAndEndsOnBadInput) {
   EXPECT_TRUE(f.List().empty());
   close(sv[1]);
 
-  // A line that never ends is cut at kMaxReportLine.
+  // A line that never ends is cut at kMaxReportLine (the stream ends without waiting for more).
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   std::string endless = "ports " + std::string(kMaxReportLine, '1');
   ASSERT_EQ(write(sv[1], endless.data(), endless.size()), static_cast<ssize_t>(endless.size()));
-  EXPECT_EQ(f.ServeReports(sv[0], std::chrono::milliseconds(0)), 0u);  // returns without EOF
+  shutdown(sv[1], SHUT_WR);
+  EXPECT_EQ(f.ServeReports(sv[0], std::chrono::milliseconds(0)), 0u);
   close(sv[1]);
+  std::lock_guard<std::mutex> l(g.mu);
+  bool cut = false;
+  for (const std::string& line : g.log) cut |= line.find("too long") != std::string::npos;
+  EXPECT_TRUE(cut) << "an endless report line was not cut at kMaxReportLine";
 }
 
 TEST(PortForwarderTest, StopAllClosesEverythingAndEndsReports) {
