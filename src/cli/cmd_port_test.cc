@@ -74,6 +74,24 @@ TEST_F(PortCliTest, BadPublishFlagCreatesNothing) {
   EXPECT_NE(twice.err.find("published twice"), std::string::npos) << twice.err;
 }
 
+TEST_F(PortCliTest, ConfigTurnsAutoPortsOnAndOff) {
+  testing::Outcome c = Run({"create", "ws", "--image", base_, "--home-size", "64M", "-p", "8080:80"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  ASSERT_EQ(Run({"config", "ws", "--auto-ports", "on"}).code, 0);
+  auto on = Stored("ws");
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->auto_ports);
+  ASSERT_EQ(on->publish.size(), 1u);  // the -p ports are kept
+  testing::Outcome shown = Run({"config", "ws", "--json"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(shown.json()["auto_ports"], true);
+  EXPECT_EQ(shown.json()["publish"][0], "127.0.0.1:8080:80");
+  EXPECT_EQ(shown.json()["tool"], "shell");  // untouched
+  ASSERT_EQ(Run({"config", "ws", "--auto-ports", "off"}).code, 0);
+  EXPECT_FALSE(Stored("ws")->auto_ports);
+  EXPECT_NE(Run({"config", "ws", "--auto-ports", "maybe"}).code, 0);
+}
+
 TEST_F(PortCliTest, ChangesNeedARunningWorkspace) {
   ASSERT_EQ(Create("ws").code, 0);
   testing::Outcome add = Run({"port", "ws", "add", "8080:80"});
