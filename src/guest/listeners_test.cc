@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/config.h"
 #include "protocol/contract.h"
 
 namespace cloister::guest {
@@ -167,6 +168,17 @@ TEST(ListenerWatcherTest, ReportsChangesAndReopensTheStream) {
   std::lock_guard<std::mutex> l(mu);
   for (size_t i = 1; i < host_ends.size(); ++i) close(host_ends[i]);
   std::filesystem::remove_all(dir);
+}
+
+// The metadata config's switch: off unless the host says so; a non-boolean is refused.
+TEST(ProcNetTcpTest, AutoPortsIsOptInInTheAgentConfig) {
+  auto off = ParseAgentConfig(R"({"workspace":"ws"})");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->auto_ports);
+  auto on = ParseAgentConfig(R"({"workspace":"ws","auto_ports":true})");
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->auto_ports);
+  EXPECT_FALSE(ParseAgentConfig(R"({"auto_ports":"yes"})").ok());
 }
 
 }  // namespace
