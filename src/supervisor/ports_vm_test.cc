@@ -23,7 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "supervisor/state.h"
 #include "supervisor/testing.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::vm {
 namespace {
