@@ -14,6 +14,7 @@
 // Usage: port_bench [--smoke] [--mib N] [--connects N]
 //   --smoke: 1 MiB and 5 connects (seconds); exits 1 if any path fails or moves the wrong bytes.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
