@@ -10,6 +10,7 @@
 #include "cli/lifecycle_check.h"
 #include "cli/store_verbs.h"
 #include "supervisor/launcher.h"
+#include "supervisor/ports.h"
 
 namespace cloister::cli {
 
@@ -31,6 +32,12 @@ nlohmann::json SettingsJson(const WorkspaceConfig& c, lifecycle::State state) {
   if (const AgentTool* t = FindAgentTool(c.tool); t && !t->package.empty()) {
     doc["tool_package"] = AgentToolPackageSpec(*t);
   }
+  if (auto ports = vm::PortsConfigFromConfig(c); ports.ok()) {
+    nlohmann::json publish = nlohmann::json::array();
+    for (const vm::PortSpec& s : ports->publish) publish.push_back(s.ToString());
+    doc["publish"] = publish;
+    doc["auto_ports"] = ports->auto_ports;
+  }
   return doc;
 }
 
@@ -40,7 +47,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand(
       "config", "Show a workspace's settings, or change the coding agent it runs (--tool)");
   struct Opts {
-    std::string name, tool;
+    std::string name, tool, auto_ports;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -49,6 +56,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
                   "The coding agent: " + AgentToolNames() +
                       ". Installed in the guest at its next boot (npm, through the proxy); a "
                       "change while the VM runs applies at its next start");
+  cmd->add_option("--auto-ports", o->auto_ports,
+                  "on: forward every TCP port the guest listens on from 127.0.0.1 (`cloister port "
+                  "NAME ls`); off: only the -p ports. Applies at the next start")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--json", o->json, "Print the settings as JSON");
   cmd->callback([&cli, o] {
     auto opened = Store::Open(cli.StoreRoot());
@@ -57,9 +68,13 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
     auto config = store.LoadConfig(o->name);
     if (!config.ok()) return (void)cli.Fail(config.error());
     bool running = false;
-    if (!o->tool.empty()) {
-      auto tool = ParseAgentTool(o->tool);
-      if (!tool.ok()) return (void)cli.Fail(tool.error());
+    if (!o->tool.empty() || !o->auto_ports.empty()) {
+      const AgentTool* new_tool = nullptr;
+      if (!o->tool.empty()) {
+        auto tool = ParseAgentTool(o->tool);
+        if (!tool.ok()) return (void)cli.Fail(tool.error());
+        new_tool = *tool;
+      }
       std::optional<WorkspaceLock> lock;
       Result<WorkspaceLock> locked = store.LockWorkspace(o->name);
       if (locked.ok()) {
@@ -71,10 +86,13 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
         return (void)cli.Fail(locked.error());
       }
       std::string previous;
-      Status st = store.UpdateConfig(o->name, [&](WorkspaceConfig& c) {
+      Status st = store.UpdateConfig(o->name, [&](WorkspaceConfig& c) -> Status {
         previous = c.tool;
-        c.tool = std::string((*tool)->name);
-        return OkStatus();
+        if (new_tool) c.tool = std::string(new_tool->name);
+        if (o->auto_ports.empty()) return OkStatus();
+        ASSIGN_OR_RETURN(vm::PortsConfig ports, vm::PortsConfigFromConfig(c));
+        ports.auto_ports = o->auto_ports == "on";
+        return vm::PutPortsConfig(c, ports);
       });
       if (!st.ok()) return (void)cli.Fail(st.error());
       config = store.LoadConfig(o->name);
@@ -88,6 +106,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
           cli.err() << "; installed in the guest at its next start";
         }
         cli.err() << "\n";
+      }
+      if (!o->auto_ports.empty()) {
+        cli.err() << "cloister: " << o->name << ": auto-ports " << o->auto_ports
+                  << (running ? "; the VM is running: this applies at its next start" : "") << "\n";
       }
     }
     // The one derived status, as `ls` shows it (supervisor/state.h).
@@ -109,6 +131,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
     for (const Volume& v : c.volumes) {
       cli.out() << "volume:  " << v.host << " -> " << v.guest << (v.read_only ? " (ro)" : "")
                 << "\n";
+    }
+    if (auto ports = vm::PortsConfigFromConfig(c); ports.ok()) {
+      for (const vm::PortSpec& s : ports->publish) cli.out() << "port:    " << s.ToString() << "\n";
+      if (ports->auto_ports) cli.out() << "ports:   auto (the guest's listening ports too)\n";
     }
   });
 }

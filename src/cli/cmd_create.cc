@@ -2,6 +2,7 @@
 #include "base/strings.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "cli/port_flags.h"
 
 namespace cloister::cli {
 
@@ -12,6 +13,8 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     std::string name, image, home_size = "64G", tool = kDefaultToolName;
     uint32_t memory = kDefaultMemoryMib, cpus = kDefaultCpus;
     std::vector<std::string> volumes;
+    std::vector<std::string> publish;
+    bool auto_ports = false;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -37,6 +40,15 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
                       "through the proxy) and run in the first tmux window; change it later with "
                       "`cloister config NAME --tool`")
       ->capture_default_str();
+  cmd->add_option("-p,--publish", o->publish,
+                  "Publish a guest TCP port on the host: [HOST_IP:]HOST_PORT:GUEST_PORT "
+                  "(repeatable; kept in the config, up at every start). The host listens on "
+                  "127.0.0.1 unless HOST_IP is given; a non-loopback HOST_IP lets every host that "
+                  "reaches it connect to the guest's port");
+  cmd->add_flag("--auto-ports", o->auto_ports,
+                "Forward every TCP port the guest listens on (loopback or any address) from "
+                "127.0.0.1, the same port number when free, else the next free one (`cloister port "
+                "NAME ls`)");
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
   cmd->callback([&cli, o] {
     CreateRequest req;
@@ -59,6 +71,11 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
       }
       req.volumes.push_back(*vol);
     }
+    Result<vm::PortsConfig> ports = ParsePublishFlags(o->publish, o->auto_ports, cli.err());
+    if (!ports.ok()) {
+      cli.Fail(ports.error());
+      return;
+    }
     auto store = OpenStore(cli);
     if (!store.ok()) {
       cli.Fail(store.error());
@@ -69,6 +86,12 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
       cli.Fail(c.error());
       return;
     }
+    if (Status st = StorePublishFlags(**store, c->name, *ports); !st.ok()) {
+      (void)(*store)->Remove(c->name);
+      cli.Fail(st.error());
+      return;
+    }
+    if (auto reloaded = (*store)->LoadConfig(c->name); reloaded.ok()) c = std::move(reloaded);
     if (o->json) {
       cli.PrintJson(ConfigToJson(*c));
       return;

@@ -18,6 +18,7 @@
 #include "channel/exec_client.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/port_flags.h"
 #include "cli/store_verbs.h"
 #include "cli/vault_access.h"
 #include "store/store.h"
@@ -54,6 +55,8 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     std::string tool;
     std::string accel = "auto";
     bool tty = false;
+    std::vector<std::string> publish;
+    bool auto_ports = false;
     std::vector<std::string> argv;
   };
   auto o = std::make_shared<Opts>();
@@ -73,6 +76,13 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
                       "first window runs it (installed at the first boot). A workspace `run` "
                       "creates gets the agent's key from ANTHROPIC_API_KEY / OPENAI_API_KEY when "
                       "set here (the guest sees a placeholder)");
+  cmd->add_option("-p,--publish", o->publish,
+                  "Publish a guest TCP port on the host: [HOST_IP:]HOST_PORT:GUEST_PORT "
+                  "(repeatable; only when the workspace is created; kept in its config). 127.0.0.1 "
+                  "unless HOST_IP is given. For a running workspace: `cloister port NAME add`");
+  cmd->add_flag("--auto-ports", o->auto_ports,
+                "Forward every TCP port the guest listens on from 127.0.0.1 (only when the "
+                "workspace is created)");
   cmd->add_option("--accel", o->accel, "auto, kvm or tcg")->default_str("auto");
   cmd->add_flag("-t,--tty", o->tty, "Give CMD a pseudo-terminal (default when stdin is a terminal)");
   cmd->add_option("CMD", o->argv, "Command to run (after --)");
@@ -89,6 +99,8 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     Store& store = **opened;
     vm::CollectDeadEphemeral(store);
 
+    auto ports = ParsePublishFlags(o->publish, o->auto_ports, cli.err());
+    if (!ports.ok()) return (void)cli.Fail(ports.error());
     bool created = false;
     if (o->name.empty() || !store.LoadConfig(o->name).ok()) {
       CreateRequest req;
@@ -104,6 +116,10 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       if (!cfg.ok()) return (void)cli.Fail(cfg.error());
       o->name = req.name;
       created = true;
+      if (Status st = StorePublishFlags(store, o->name, *ports); !st.ok()) {
+        (void)store.Remove(o->name);
+        return (void)cli.Fail(st.error());
+      }
       if (o->rm) {
         Status st = store.UpdateConfig(o->name, [](WorkspaceConfig& c) {
           c.extra[vm::kEphemeralKey] = true;
@@ -130,6 +146,12 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
         return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
                                     "volumes are set when a workspace is created",
                                     "omit -v for an existing workspace"));
+      }
+      if (!o->publish.empty() || o->auto_ports) {
+        return (void)cli.Fail(Error(ErrorCode::kInvalidArgument,
+                                    "-p and --auto-ports are set when a workspace is created",
+                                    "publish a port of the running workspace with `cloister port " +
+                                        o->name + " add HOST_PORT:GUEST_PORT`"));
       }
       if (!o->tool.empty()) {
         auto existing = store.LoadConfig(o->name);

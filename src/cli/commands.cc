@@ -41,6 +41,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshConfigCommand(app, cli);
   AddSshStdioCommand(app, cli);
   AddCompletionCommand(app, cli);
+  AddPortCommand(app, cli);
 }
 
 }  // namespace cloister::cli

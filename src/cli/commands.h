@@ -44,6 +44,7 @@ void AddSshStdioCommand(CLI::App& app, Cli& cli);
 void AddSshConfigCommand(CLI::App& app, Cli& cli);
 // Last: it walks the tree the others built (and adds the hidden `_complete-names`).
 void AddCompletionCommand(CLI::App& app, Cli& cli);
+void AddPortCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -35,6 +36,7 @@
 #include "channel/exec_proto.h"
 #include "channel/mux.h"
 #include "guest/exec_server.h"
+#include "guest/listeners.h"
 #include "guest/tcp_connect.h"
 #include "protocol/contract.h"
 #include "guest/spawn.h"
@@ -499,6 +501,36 @@ int RunAgent(const AgentOptions& o) {
   const int64_t setup_ms = BootMs();
   log("setup done in " + std::to_string(setup_ms - agent_ms) + " ms (guest clock " +
       std::to_string(setup_ms) + " ms)");
+  // Automatic port forwarding (--auto-ports): the guest's listening TCP ports, reported to the
+  // host on a stream of its own per channel session; the agent's own listeners are left out.
+  std::unique_ptr<ListenerWatcher> watcher;
+  if (config->auto_ports) {
+    ListenerWatcherOptions wo;
+    for (const auto& f : config->forwards) {
+      if (!StartsWith(f.listen, "tcp:")) continue;
+      size_t colon = f.listen.rfind(':');
+      int port = std::atoi(f.listen.c_str() + colon + 1);
+      if (port > 0 && port <= 65535) wo.exclude.insert(static_cast<uint16_t>(port));
+    }
+    if (config->transparent.enabled) {
+      wo.exclude.insert(static_cast<uint16_t>(config->transparent.port));
+      wo.exclude.insert(static_cast<uint16_t>(config->transparent.dns_port));
+    }
+    wo.open_stream = [&shared, log]() -> int {
+      std::lock_guard<std::mutex> l(shared.mu);
+      if (!shared.mux) return -1;
+      int sv[2];
+      if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+      shared.mux->OpenAsync(protocol::kPortsReportService, {}, sv[1], [log](Status st) {
+        if (!st.ok()) log("auto-ports: report stream refused: " + st.error().message());
+      });
+      return sv[0];
+    };
+    wo.log = [log](const std::string& line) { log(line); };
+    watcher = std::make_unique<ListenerWatcher>(std::move(wo));
+    watcher->Start();
+    log("auto-ports: reporting listening TCP ports to the host");
+  }
 
   // The ready probe, then the tmux session, then READY (now and in every later session).
   std::thread([&, cfg = *config, tool] {

@@ -126,6 +126,10 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
                              c.workdir.find('\0') != std::string::npos)) {
     return Bad("workdir must be an absolute path");
   }
+  if (j.contains("auto_ports") && !j["auto_ports"].is_null()) {
+    if (!j["auto_ports"].is_boolean()) return Bad("auto_ports must be a boolean");
+    c.auto_ports = j["auto_ports"].get<bool>();
+  }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");
     for (const auto& f : j["forwards"]) {

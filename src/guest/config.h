@@ -60,6 +60,8 @@ struct AgentConfig {
   // window starts in ("" = the home; else the first shared folder's guest path).
   std::string tool = "shell";
   std::string workdir;
+  // --auto-ports: report the guest's listening TCP ports to the host (guest/listeners.h).
+  bool auto_ports = false;
 };
 
 Result<AgentConfig> ParseAgentConfig(const std::string& json);

@@ -62,5 +62,11 @@ inline constexpr uint16_t kTransparentDnsPort = 53;
 inline constexpr char kGuestSshdDir[] = "/run/cloister/sshd";
 inline constexpr char kGuestSshdHostKey[] = "/run/cloister/sshd/ssh_host_ed25519_key";
 inline constexpr char kGuestSshdAuthorizedKeys[] = "/run/cloister/sshd/authorized_keys";
+// ---- Published ports (supervisor/ports.h, guest/listeners.h) ----
+// Guest-opened, only when config.json says "auto_ports": the agent writes one line per change of
+// its listening TCP ports, "ports P1 P2 ...\n" (decimal, at most kMaxReportedPorts, sorted); the
+// host forwards them from 127.0.0.1. Hostile to the host: it parses with bounds.
+inline constexpr char kPortsReportService[] = "ports-report";
+inline constexpr unsigned kMaxReportedPorts = 256;
 
 }  // namespace cloister::protocol

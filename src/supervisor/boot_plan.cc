@@ -4,6 +4,7 @@
 
 #include "base/agent_tools.h"
 #include "store/layout.h"
+#include "supervisor/ports.h"
 
 namespace cloister::vm {
 
@@ -28,6 +29,9 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
                      ")");
   }
   meta.tool = config.tool;
+  // Published ports: the guest watches its listeners only when the workspace opted in.
+  ASSIGN_OR_RETURN(PortsConfig ports, PortsConfigFromConfig(config));
+  meta.auto_ports = ports.auto_ports;
   if (!config.volumes.empty()) meta.workdir = config.volumes.front().guest;
   for (const auto& [k, v] : ToolEnvironment(config.tool)) meta.env[k] = v;
   ASSIGN_OR_RETURN(auto registry, GuestNpmRegistry(in.npm_registry));

@@ -40,6 +40,7 @@
 #include "supervisor/control.h"
 #include "proxy/policy.h"
 #include "supervisor/egress.h"
+#include "supervisor/ports.h"
 #include "vm/meta_disk.h"
 #include "vm/process.h"
 #include "vm/qemu_access.h"
@@ -111,6 +112,8 @@ class Supervisor {
   json StatusReply();
   void SignalLoop();
   Status StartEgress();
+  Status StartPorts();
+  json HandlePorts(const json& req);
 
   SupervisorOptions opts_;
   std::unique_ptr<Store> store_;
@@ -160,6 +163,10 @@ class Supervisor {
   // Ask-before-use consent (supervisor/consent.h): the proxy's gate and the SSH questions;
   // `cloister approve NAME` and the dashboard listen. Grants live here only.
   std::shared_ptr<ConsentBroker> consent_;
+  // Published ports (supervisor/ports.h): -p from the config at every boot, `port add` while it
+  // runs, the guest's own with auto-ports. Each connection becomes a kTcpService stream.
+  std::shared_ptr<PortForwarder> ports_;
+  bool auto_ports_ = false;
 };
 
 void Supervisor::Progress(const std::string& stage) {
@@ -237,6 +244,25 @@ Status Supervisor::Init() {
   co.log = Log;
   co.broker = consent_;
   ssh_confirm_ = std::make_shared<SshConfirmBroker>(co);
+  PortForwarder::Options po;
+  po.log = Log;
+  // SECURITY: a published port only ever opens a stream into the guest (its agent connects to
+  // its own loopback); the current channel session, or the connection is closed.
+  po.open = [this](uint16_t port, int fd) {
+    std::shared_ptr<channel::Mux> mux;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      mux = mux_;
+    }
+    if (!mux) {
+      close(fd);
+      return;
+    }
+    mux->OpenAsync(protocol::kTcpService, {std::to_string(port)}, fd, [port](Status st) {
+      if (!st.ok()) Log("ports: guest port " + std::to_string(port) + ": " + st.error().message());
+    });
+  };
+  ports_ = std::make_shared<PortForwarder>(std::move(po));
   ASSIGN_OR_RETURN(store_, Store::Open(opts_.store_root));
   paths_ = RunPathsFor(*store_, opts_.name);
   std::error_code ec;
@@ -321,6 +347,26 @@ Status Supervisor::StartEgress() {
   return OkStatus();
 }
 
+// The config's published ports (config.json "ports"), bound before QEMU starts: a taken host
+// port fails the start with its hint. Fail closed: a malformed section refuses the boot.
+Status Supervisor::StartPorts() {
+  ASSIGN_OR_RETURN(PortsConfig ports, PortsConfigFromConfig(config_));
+  for (const ForwardInfo& f : ports_->List()) {
+    if (f.origin == ForwardOrigin::kConfig) (void)ports_->RemoveForward(f.spec.host_port, f.spec.host_ip);
+  }
+  for (const PortSpec& spec : ports.publish) {
+    auto bound = ports_->AddForward(spec, ForwardOrigin::kConfig);
+    if (!bound.ok()) {
+      return Error(bound.error().code(), "publishing -p " + spec.ToString() + ": " +
+                                             bound.error().message(),
+                   bound.error().hint());
+    }
+    Log("ports: published " + bound->ToString());
+  }
+  auto_ports_ = ports.auto_ports;
+  return OkStatus();
+}
+
 Status Supervisor::Boot(bool resume) {
   ++generation_;
   if (generation_ > 1) {  // a reboot: its phases from here (the first boot's include Init)
@@ -340,6 +386,7 @@ Status Supervisor::Boot(bool resume) {
   Progress("starting the egress proxy");
   RETURN_IF_ERROR(StartEgress());
   EndPhase("proxy");
+  RETURN_IF_ERROR(StartPorts());
   Progress("building the metadata disk");
   // The plan (supervisor/boot_plan.h) is pure; LaunchQemu does the I/O and the spawn.
   BootInputs in;
@@ -444,6 +491,17 @@ Status Supervisor::Boot(bool resume) {
         close(fd);
       }).detach();
     });
+    // SECURITY: only a workspace that opted in (--auto-ports) takes the guest's reports; they
+    // name guest ports only, bounded and rate-limited (PortForwarder::ServeReports).
+    if (auto_ports_) {
+      std::shared_ptr<PortForwarder> ports = ports_;
+      mux->RegisterService(protocol::kPortsReportService,
+                           [ports](int fd, const std::vector<std::string>&) {
+                             std::thread([ports, fd] {
+                               ports->ServeReports(fd, std::chrono::milliseconds(250));
+                             }).detach();
+                           });
+    }
   }
   RETURN_IF_ERROR(mux->Start());
   {
@@ -911,6 +969,10 @@ void Supervisor::HandleConnection(int fd) {
     (void)conn.Send(consent_->HandleRequest(*req, pid));
     return;
   }
+  if (op == kPortsControlOp) {
+    (void)conn.Send(HandlePorts(*req));
+    return;
+  }
   if (op == "open-stream") {
     // Host-opened guest services a CLI may ask for; anything else (a guest-opened service name,
     // a typo) is refused here, so the control socket cannot open streams the design does not name.
@@ -982,6 +1044,68 @@ void Supervisor::HandleConnection(int fd) {
   (void)conn.Send(future.get());
 }
 
+// The control op "ports": {"action":"ls"} | {"action":"add","specs":[SPEC...]} |
+// {"action":"rm","targets":[{"host_port":N,"host_ip":IP or ""}...]}. ls is a status request;
+// add and rm need a live VM (the table's answer for a stream into the guest).
+json Supervisor::HandlePorts(const json& req) {
+  std::string action = JsonString(req, "action");
+  lifecycle::Action la = action == "ls" ? lifecycle::Action::kStatus : lifecycle::Action::kExec;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto d = lifecycle::Decide(phase_, la, opts_.name, pause_reason_); !d.ok()) {
+      return ErrorReply(d.error());
+    }
+  }
+  json added = json::array();
+  if (action == "add") {
+    auto specs = req.find("specs");
+    if (specs == req.end() || !specs->is_array() || specs->empty() || specs->size() > kMaxForwards) {
+      return ErrorReply(Error(ErrorCode::kInvalidArgument, "ports add: no ports"));
+    }
+    for (const json& s : *specs) {
+      if (!s.is_string()) return ErrorReply(Error(ErrorCode::kInvalidArgument, "ports add: bad port"));
+      auto spec = ParsePortSpec(s.get<std::string>());
+      if (!spec.ok()) return ErrorReply(spec.error());
+      auto bound = ports_->AddForward(*spec, ForwardOrigin::kAdded);
+      if (!bound.ok()) {
+        // All or nothing: the ones this request already bound go again.
+        for (const json& a : added) {
+          (void)ports_->RemoveForward(a["host_port"].get<uint16_t>(), JsonString(a, "host_ip"));
+        }
+        return ErrorReply(bound.error());
+      }
+      Log("ports: published " + bound->ToString() + " (port add)");
+      ForwardInfo info;
+      info.spec = *bound;
+      added.push_back(ForwardInfoJson(info));
+    }
+  } else if (action == "rm") {
+    auto targets = req.find("targets");
+    if (targets == req.end() || !targets->is_array() || targets->empty()) {
+      return ErrorReply(Error(ErrorCode::kInvalidArgument, "ports rm: no ports"));
+    }
+    for (const json& t : *targets) {
+      auto port = t.find("host_port");
+      if (!t.is_object() || port == t.end() || !port->is_number_unsigned() ||
+          port->get<uint64_t>() > 65535) {
+        return ErrorReply(Error(ErrorCode::kInvalidArgument, "ports rm: bad port"));
+      }
+      Status st = ports_->RemoveForward(static_cast<uint16_t>(port->get<uint64_t>()),
+                                        JsonString(t, "host_ip"));
+      if (!st.ok()) {
+        Error e = st.error();
+        return ErrorReply(Error(e.code(), e.message(), "see `cloister port " + opts_.name + " ls`"));
+      }
+    }
+  } else if (action != "ls") {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "ports: unknown action '" + action + "'",
+                            "ls, add or rm"));
+  }
+  json list = json::array();
+  for (const ForwardInfo& f : ports_->List()) list.push_back(ForwardInfoJson(f));
+  return {{"ok", true}, {"ports", list}, {"added", added}, {"auto_ports", auto_ports_}};
+}
+
 void Supervisor::SignalLoop() {
   sigset_t set;
   sigemptyset(&set);
@@ -1005,6 +1129,7 @@ void Supervisor::Cleanup() {
     mux = std::move(mux_);
   }
   if (mux) mux->Stop();
+  if (ports_) ports_->StopAll();  // the published ports go with the VM
   if (egress_) egress_->Stop();
   if (ssh_confirm_) ssh_confirm_->Stop();
   if (consent_) consent_->Stop();

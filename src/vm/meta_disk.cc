@@ -42,7 +42,8 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
           {"transparent", {{"service", kMetaTransparentService},
                            {"port", kMetaTransparentPort},
                            {"dns_port", kMetaTransparentDnsPort}}},
-          {"tool", config.tool},   {"workdir", config.workdir}};
+          {"tool", config.tool},   {"workdir", config.workdir},
+          {"auto_ports", config.auto_ports}};
 }
 
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,

@@ -53,6 +53,9 @@ struct MetaConfig {
   // folder its tmux window starts in ("" = the home; else the first shared folder).
   std::string tool = "shell";
   std::string workdir;
+  // Automatic port forwarding (supervisor/ports.h, guest/listeners.h): the agent reports its
+  // listening TCP ports on protocol::kPortsReportService.
+  bool auto_ports = false;
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,
