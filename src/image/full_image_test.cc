@@ -43,7 +43,8 @@ TEST(FullImageTest, BuildsDebianWithSystemdUserDevSudoAndTheBootHook) {
   EXPECT_NE(Debugfs(disk, "stat /home/dev").find("User:  1000   Group:  1000"), std::string::npos);
   for (const char* bin : {"/usr/bin/git", "/usr/bin/curl", "/usr/bin/ssh", "/usr/bin/tmux",
                           "/usr/bin/python3", "/usr/bin/node", "/usr/bin/npm", "/usr/bin/gcc",
-                          "/usr/bin/sudo", "/lib/systemd/systemd"}) {
+                          "/usr/bin/sudo", "/lib/systemd/systemd", "/usr/sbin/sshd",
+                          "/usr/bin/rsync"}) {
     EXPECT_EQ(Debugfs(disk, std::string("stat ") + bin).find("not found"), std::string::npos)
         << bin;
   }
@@ -54,6 +55,18 @@ TEST(FullImageTest, BuildsDebianWithSystemdUserDevSudoAndTheBootHook) {
   }
   EXPECT_EQ(Debugfs(disk, "stat /usr/lib/cloister/cloister-agent").find("Type: regular"),
             std::string::npos);
+  // IDE access (guest/sshd.h): sshd runs only per channel stream, so the image's own service is
+  // masked and it carries no host keys; dev is not locked ("!"), which sshd without PAM refuses.
+  for (const char* unit : {"ssh.service", "ssh.socket"}) {
+    EXPECT_NE(Debugfs(disk, std::string("stat /etc/systemd/system/") + unit).find("Type: symlink"),
+              std::string::npos)
+        << unit << " is not masked";
+  }
+  EXPECT_NE(Debugfs(disk, "ls /etc/ssh").find("sshd_config"), std::string::npos);
+  EXPECT_EQ(Debugfs(disk, "ls /etc/ssh").find("ssh_host_"), std::string::npos) << "host keys baked in";
+  std::string shadow = Debugfs(disk, "cat /etc/shadow");
+  EXPECT_NE(shadow.find("\ndev:"), std::string::npos) << shadow;
+  EXPECT_EQ(shadow.find("\ndev:!"), std::string::npos) << "dev is locked: sshd without PAM refuses it";
 }
 
 }  // namespace
