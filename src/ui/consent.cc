@@ -161,7 +161,10 @@ void ConsentDesk::Impl::Manage() {
     l.unlock();
     std::map<std::string, std::string> want = sockets ? sockets() : std::map<std::string, std::string>{};
     l.lock();
-    for (const auto& [name, path] : want) {
+    for (const auto& entry : want) {
+      // Named copies, not structured bindings: clang 14 (the fuzz build) cannot capture those.
+      const std::string& name = entry.first;
+      const std::string path = entry.second;
       bool have = std::any_of(conns.begin(), conns.end(),
                               [&](const Conn& c) { return c.workspace == name; });
       if (have || stopping) continue;
