@@ -24,6 +24,38 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
   return OkStatus();
 }
 
+Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, Follow follow) {
+  int flags = O_RDONLY | O_CLOEXEC | (follow == Follow::kNoSymlinks ? O_NOFOLLOW : 0);
+  int fd = open(path.c_str(), flags);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT) return Error(ErrorCode::kNotFound, path + " does not exist");
+    return ErrnoError("open " + path, e);
+  }
+  std::string out;
+  auto fail = [&](Error error) -> Result<std::string> {
+    close(fd);
+    if (!out.empty()) explicit_bzero(out.data(), out.size());
+    return error;
+  };
+  char buf[16384];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(ErrnoError("read " + path, errno));
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      explicit_bzero(buf, sizeof buf);
+      return fail(Error(ErrorCode::kCorrupt,
+                        path + " is larger than " + std::to_string(max_bytes) + " bytes"));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  explicit_bzero(buf, sizeof buf);
+  close(fd);
+  return out;
+}
+
 Status WriteFile(const std::string& path, std::string_view content, mode_t mode) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoError("create " + path, errno);

@@ -25,6 +25,15 @@ Status WriteFile(const std::string& path, std::string_view content, mode_t mode 
 // the temp file is removed and `path` is untouched.
 Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode);
 
+// How ReadFileBounded opens its path.
+enum class Follow { kSymlinks, kNoSymlinks /* O_NOFOLLOW: a symlink at `path` is an error */ };
+
+// Reads the whole of `path` if it holds at most `max_bytes` (EINTR retried). A missing file is
+// kNotFound; a larger one is kCorrupt ("... is larger than N bytes") and nothing of it is returned.
+// Partial data read before an error is zeroed before it is freed (secrets go through here).
+Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
+                                    Follow follow = Follow::kSymlinks);
+
 // Sends all of `data` on the connected unix socket `sock`; if `pass_fd` >= 0 it travels with the
 // first byte as SCM_RIGHTS. `what` names the peer in the error.
 Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::string& what);

@@ -95,6 +95,31 @@ TEST(FileUtilTest, SendAllWithFdPassesTheDescriptor) {
   for (int fd : {sv[0], sv[1], pipefd[0], pipefd[1], got}) close(fd);
 }
 
+TEST(FileUtilTest, ReadFileBoundedReadsUpToTheLimitAndRefusesMore) {
+  char dir[] = "/tmp/cloister-readb-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/f";
+  std::string content(40000, 'x');  // more than one internal read
+  ASSERT_TRUE(WriteFile(path, content).ok());
+  auto exact = ReadFileBounded(path, content.size());
+  ASSERT_TRUE(exact.ok()) << exact.error().ToString();
+  EXPECT_EQ(*exact, content);
+  auto over = ReadFileBounded(path, content.size() - 1);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(over.error().message().find("larger than 39999 bytes"), std::string::npos);
+  auto missing = ReadFileBounded(std::string(dir) + "/absent", 10);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+  // A symlink is followed by default and refused with kNoSymlinks.
+  std::string link = std::string(dir) + "/link";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(ReadFileBounded(link, content.size()).ok());
+  auto nofollow = ReadFileBounded(link, content.size(), Follow::kNoSymlinks);
+  EXPECT_FALSE(nofollow.ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FlockGuardTest, HoldsAnExclusiveLockUntilDestroyedAndCreatesTheFile) {
   char dir[] = "/tmp/cloister-flock-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);

@@ -31,30 +31,13 @@ namespace {
 
 // Reads at most `max` bytes; nullopt if the file does not exist.
 Result<std::optional<std::string>> ReadOptional(const std::string& path, size_t max) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::optional<std::string>();
-    return ErrnoError("open " + path, errno);
+  auto data = ReadFileBounded(path, max);
+  if (data.ok()) return std::optional<std::string>(std::move(*data));
+  if (data.error().code() == ErrorCode::kNotFound) return std::optional<std::string>();
+  if (data.error().code() == ErrorCode::kCorrupt) {
+    return Rejected(Rejection::kMalformed, path + " is larger than " + FormatSize(max));
   }
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("read " + path, e);
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-    if (data.size() > max) {
-      close(fd);
-      return Rejected(Rejection::kMalformed, path + " is larger than " + FormatSize(max));
-    }
-  }
-  close(fd);
-  return std::optional<std::string>(std::move(data));
+  return data.error();
 }
 
 Status MkdirP(const std::string& path, unsigned mode = 0755) {

@@ -25,31 +25,11 @@ constexpr std::string_view kMagic{"openssh-key-v1\0", 15};
 constexpr size_t kMaxKeyFile = 16 << 10;
 
 Result<std::string> ReadSmallFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT) return Error(ErrorCode::kNotFound, path + " does not exist");
-    return ErrnoError("open " + path, e);
+  auto text = ReadFileBounded(path, kMaxKeyFile, Follow::kNoSymlinks);
+  if (!text.ok() && text.error().code() == ErrorCode::kCorrupt) {
+    return Error(ErrorCode::kCorrupt, path + " is too large for a key file");
   }
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      return ErrnoError("read " + path, e);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxKeyFile) {
-      close(fd);
-      return Error(ErrorCode::kCorrupt, path + " is too large for a key file");
-    }
-  }
-  close(fd);
-  return out;
+  return text;
 }
 
 Status MkdirMode(const std::string& dir, mode_t mode) {

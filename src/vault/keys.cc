@@ -129,28 +129,7 @@ Status EnsurePrivateDir(const std::string& dir) {
 }
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open " + path, errno);
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return ErrnoError("read " + path, e);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_bytes) {
-      close(fd);
-      SecureWipe(out);
-      return Error(ErrorCode::kCorrupt, path + " is too large");
-    }
-  }
-  close(fd);
-  return out;
+  return ReadFileBounded(path, max_bytes);
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view content, int mode) {
