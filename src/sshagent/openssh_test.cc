@@ -21,6 +21,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_net.h"
 #include "proxy/ca.h"
 #include "proxy/proxy.h"
 #include "proxy/trace.h"
@@ -56,22 +57,6 @@ std::string GuestAgentBinary() {
 }
 
 // Reserves a free loopback port (bind 0, read it, release).
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 class OpenSshAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -109,7 +94,7 @@ class OpenSshAgentTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (sshd_pid_ > 0) kill(sshd_pid_, SIGTERM);
+    sshd_.reset();
     if (server_) server_->Stop();
     std::error_code ec;
     if (!dir_.empty()) fs::remove_all(dir_, ec);
@@ -138,54 +123,22 @@ class OpenSshAgentTest : public ::testing::Test {
     return lines;
   }
 
-  static bool SshdRunnable() { return ProgramExists("/usr/sbin/sshd") && geteuid() == 0; }
+  static bool SshdRunnable() { return testnet::TestSshd::Runnable(); }
   static std::string User() { return getpwuid(geteuid())->pw_name; }
 
   // Starts sshd on 127.0.0.1 (own host key hostkey/hostkey.pub, only the workspace key
   // authorised); returns its port, or -1. Callers skip first unless SshdRunnable().
   // Also offers ECDSA (hostkey_ecdsa) and RSA (hostkey_rsa) host keys when `all_types`.
   int StartSshd(bool all_types = false) {
-    fs::create_directories("/run/sshd");  // sshd's privilege separation directory (Debian)
-    RunOutput hk = Run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()});
-    EXPECT_EQ(hk.exit_code, 0) << hk.err;
-    std::string extra_keys;
-    if (all_types) {
-      for (auto [type, name] : {std::pair<const char*, const char*>{"ecdsa", "hostkey_ecdsa"}, {"rsa", "hostkey_rsa"}}) {
-        RunOutput k = Run({"ssh-keygen", "-q", "-t", type, "-N", "", "-f", (dir_ / name).string()});
-        EXPECT_EQ(k.exit_code, 0) << k.err;
-        extra_keys += "HostKey " + (dir_ / name).string() + "\n";
-      }
-    }
-    WriteFile(dir_ / "authorized_keys", pub_line_ + "\n");
-    int port = -1;
-    for (int attempt = 0; attempt < 3 && sshd_pid_ < 0; ++attempt) {
-      port = FreeLoopbackPort();
-      if (port <= 0) return -1;
-      std::ostringstream cfg;
-      cfg << "ListenAddress 127.0.0.1:" << port << "\n"
-          << "HostKey " << (dir_ / "hostkey").string() << "\n" << extra_keys
-          << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
-          << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
-          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-          << "PubkeyAuthentication yes\nLogLevel VERBOSE\n";
-      WriteFile(dir_ / "sshd_config", cfg.str());
-      // sshd binds before it daemonises, so when this returns it is listening (or failed).
-      RunOutput d = Run({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E",
-                         (dir_ / "sshd.log").string()});
-      if (d.exit_code != 0) continue;
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (std::chrono::steady_clock::now() < deadline) {
-        std::string pid = Trim(ReadFile(dir_ / "sshd.pid"));
-        if (!pid.empty()) {
-          sshd_pid_ = std::stoi(pid);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
-      }
-    }
-    EXPECT_GT(sshd_pid_, 0) << ReadFile(dir_ / "sshd.log");
-    return sshd_pid_ > 0 ? port : -1;
+    testnet::SshdOptions o;
+    o.dir = dir_.string();
+    o.authorized_keys = pub_line_;
+    o.all_host_key_types = all_types;
+    auto sshd = testnet::TestSshd::Start(o);
+    EXPECT_TRUE(sshd.ok()) << sshd.error().ToString() << ReadFile(dir_ / "sshd.log");
+    if (!sshd.ok()) return -1;
+    sshd_ = std::make_unique<testnet::TestSshd>(std::move(sshd).value());
+    return sshd_->port();
   }
 
   // ssh to the test sshd on 127.0.0.1:port, with only the agent's key; known_hosts has sshd's keys.
@@ -223,7 +176,7 @@ class OpenSshAgentTest : public ::testing::Test {
   std::string pub_line_;
   std::unique_ptr<SignOnlyAgent> agent_;
   std::unique_ptr<UnixAgentServer> server_;
-  pid_t sshd_pid_ = -1;
+  std::unique_ptr<testnet::TestSshd> sshd_;
 };
 
 TEST_F(OpenSshAgentTest, SshAddListsExactlyTheWorkspaceKey) {

@@ -1,5 +1,6 @@
 #include "supervisor/ports.h"
 
+#include "base/testing_net.h"
 #include "vm/meta_disk.h"
 
 #include <arpa/inet.h>
@@ -129,18 +130,6 @@ struct LoopbackGuest {
     return o;
   }
 };
-
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 TEST(PortSpecTest, ParsesDockerForms) {
   struct Case {
@@ -328,7 +317,7 @@ TEST(PortForwarderTest, AutoForwardIsLoopbackOnlyAndSamePortWhenFree) {
   uint16_t gp = guest.port();
   // The echo server already has gp on this host (the "guest" shares our loopback): so the auto
   // forward must move to the next free port; a second guest port that is free stays the same.
-  uint16_t free_port = FreePort();
+  uint16_t free_port = static_cast<uint16_t>(testnet::FreeLoopbackPort());
   LoopbackGuest g;
   PortForwarder f(g.Options());
   f.ApplyGuestReport({gp, free_port});
@@ -423,7 +412,7 @@ TEST(PortForwarderTest, ReportFloodCoalesces) {
 TEST(PortForwarderTest, ReportStreamAppliesAndEndsOnBadInput) {
   LoopbackGuest g;
   PortForwarder f(g.Options());
-  uint16_t p = FreePort();
+  uint16_t p = static_cast<uint16_t>(testnet::FreeLoopbackPort());
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   std::atomic<size_t> applied{0};
@@ -477,7 +466,7 @@ TEST(PortForwarderTest, StopAllClosesEverythingAndEndsReports) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   std::thread t([&] { f.ServeReports(sv[0], std::chrono::milliseconds(0)); });
   // Once its report applied, ServeReports holds the stream; StopAll must end it.
-  uint16_t p = FreePort();
+  uint16_t p = static_cast<uint16_t>(testnet::FreeLoopbackPort());
   std::string line = "ports " + std::to_string(p) + "\n";
   ASSERT_EQ(write(sv[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
   bool up = false;

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/testing_net.h"
 #include "supervisor/state.h"
 #include "supervisor/testing.h"
 #include "supervisor/workspace.h"
@@ -31,21 +32,6 @@ namespace cloister::vm {
 namespace {
 
 using nlohmann::json;
-
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 int Connect(const std::string& ip, int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -109,7 +95,7 @@ class PortsVmTest : public testing::CliVmTest {
 };
 
 TEST_F(PortsVmTest, GuestServersReachedThroughPublishedAddedAndAutoPorts) {
-  const int hp1 = FreeLoopbackPort(), hp2 = FreeLoopbackPort(), hp4 = FreeLoopbackPort();
+  const int hp1 = testnet::FreeLoopbackPort(), hp2 = testnet::FreeLoopbackPort(), hp4 = testnet::FreeLoopbackPort();
   ASSERT_GT(hp1, 0);
   ASSERT_GT(hp2, 0);
   ASSERT_GT(hp4, 0);

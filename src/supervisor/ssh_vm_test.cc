@@ -38,6 +38,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_net.h"
 #include "sshagent/vault_key_store.h"
 #include "vault/crypto.h"
 #include "supervisor/testing.h"
@@ -68,25 +69,10 @@ bool ShellSafeBinary(std::string_view s) {
   return s.find('\0') == std::string_view::npos && s.find('\n') == std::string_view::npos;
 }
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 class SshVmTest : public testing::CliVmTest {
  protected:
   void TearDown() override {
-    if (sshd_pid_ > 0) kill(sshd_pid_, SIGTERM);
+    sshd_.reset();
     testing::CliVmTest::TearDown();
     if (listener_ > 0 && waitpid(listener_, nullptr, WNOHANG) == 0) {
       kill(listener_, SIGTERM);
@@ -96,40 +82,22 @@ class SshVmTest : public testing::CliVmTest {
 
   // sshd on 127.0.0.1 with its own host key and only `authorized` authorised; returns its port.
   int StartSshd(const std::string& dir, const std::string& authorized) {
-    fs::create_directories("/run/sshd");  // privilege separation directory (Debian)
-    auto hk = RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", dir + "/hostkey"});
-    EXPECT_TRUE(hk.ok() && hk->exit_code == 0);
-    std::ofstream(dir + "/authorized_keys") << authorized << "\n";
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      int port = FreeLoopbackPort();
-      std::ofstream(dir + "/sshd_config")
-          << "ListenAddress 127.0.0.1:" << port << "\nHostKey " << dir << "/hostkey\n"
-          << "PidFile " << dir << "/sshd.pid\nAuthorizedKeysFile " << dir << "/authorized_keys\n"
-          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-          << "PubkeyAuthentication yes\nLogLevel VERBOSE\n";
-      // sshd binds before it daemonises: when it returns 0 it is listening.
-      auto d = RunProcess({"/usr/sbin/sshd", "-f", dir + "/sshd_config", "-E", dir + "/sshd.log"});
-      if (!d.ok() || d->exit_code != 0) continue;
-      auto deadline = Clock::now() + std::chrono::seconds(10);
-      while (Clock::now() < deadline) {
-        std::string pid = Trim(Slurp(dir + "/sshd.pid"));
-        if (!pid.empty()) {
-          sshd_pid_ = std::stoi(pid);
-          return port;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
-      }
-    }
-    return -1;
+    testnet::SshdOptions o;
+    o.dir = dir;
+    o.authorized_keys = authorized;
+    auto sshd = testnet::TestSshd::Start(o);
+    EXPECT_TRUE(sshd.ok()) << sshd.error().ToString();
+    if (!sshd.ok()) return -1;
+    sshd_ = std::make_unique<testnet::TestSshd>(std::move(sshd).value());
+    return sshd_->port();
   }
 
-  pid_t sshd_pid_ = -1;
+  std::unique_ptr<testnet::TestSshd> sshd_;
   pid_t listener_ = -1;  // `cloister ssh-confirm ws`
 };
 
 TEST_F(SshVmTest, OpenSshInTheGuestUsesOnlyTheWorkspaceKeyWhichNeverEntersTheGuest) {
-  if (!ProgramExists("/usr/sbin/sshd") || geteuid() != 0) {
+  if (!testnet::TestSshd::Runnable()) {
     GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
   }
   setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
