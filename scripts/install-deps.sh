@@ -7,7 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 build_pkgs=(build-essential cmake ninja-build pkg-config git
   libssl-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libseccomp-dev libext2fs-dev libarchive-dev)
+  libseccomp-dev libext2fs-dev libarchive-dev liblzma-dev)
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli

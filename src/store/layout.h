@@ -78,6 +78,10 @@ inline constexpr std::string_view kPublisherKeyFile = catalog::names::kPublisher
 inline constexpr std::string_view kPublisherPubFile = catalog::names::kPublisherPubFile;
 // cache/debs/: Debian packages downloaded for image builds (reused by later builds).
 inline constexpr std::string_view kDebCacheDir = catalog::names::kDebCacheDir;
+// cache/pvh/<sha256 of a vmlinuz>.vmlinux: the uncompressed kernel for PVH boot, derived from an
+// image's vmlinuz by the supervisor at the first boot (vm/pvh_kernel.h). Garbage once no image
+// has that vmlinuz; safe to delete at any time (derived again).
+inline constexpr std::string_view kPvhCacheDir = "cache/pvh";
 
 // ---- Workspace directory: workspaces/NAME/ ----
 
@@ -136,6 +140,10 @@ inline constexpr std::string_view kSupervisorLogFile = "supervisor.log";
 // Saved VM state for suspend/resume (vm module). It refers to the disks' contents, so reset,
 // wipe-home, wipe and checkpoint restore delete it (before their commit).
 inline constexpr std::string_view kSuspendStateFile = "suspend.state";
+// Beside it: how that boot entered its kernel ("pvh" or "bzimage"), since QEMU can only load the
+// state into a VM started the same way (the option ROMs differ). Written before the state, deleted
+// with it; a state without it was saved by a bzImage boot.
+inline constexpr std::string_view kSuspendKernelFile = "suspend.kernel";
 // Egress trace log, one JSON object per line (proxy module).
 inline constexpr std::string_view kTraceLogFile = "trace.jsonl";
 

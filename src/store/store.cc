@@ -663,6 +663,7 @@ Status Store::Reset(const std::string& name) {
   RETURN_IF_ERROR(RequireStopped(name, lifecycle::Action::kReset));
   RETURN_IF_ERROR(CollectGarbage(name));
   RETURN_IF_ERROR(env_->RemoveFile(Paths(name).suspend_state));  // RAM image of the old disks
+  RETURN_IF_ERROR(env_->RemoveFile(JoinPath(Paths(name).dir, layout::kSuspendKernelFile)));
   std::string old;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& c) {
     old = c.system_top;
@@ -692,6 +693,7 @@ Status Store::ReplaceHome(
   uint64_t gen = c.next_generation;
   ASSIGN_OR_RETURN(std::string fresh, NewHomeImage(p.dir, c, gen));
   RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
+  RETURN_IF_ERROR(env_->RemoveFile(JoinPath(p.dir, layout::kSuspendKernelFile)));
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
     drop(cfg, &dropped);
@@ -1034,6 +1036,7 @@ Status Store::RestoreCheckpoint(const std::string& name, const std::string& id) 
     tops.push_back({kind, file, layer});
   }
   RETURN_IF_ERROR(env_->RemoveFile(p.suspend_state));  // RAM image of the old disks
+  RETURN_IF_ERROR(env_->RemoveFile(JoinPath(p.dir, layout::kSuspendKernelFile)));
   std::vector<std::string> dropped;
   RETURN_IF_ERROR(CommitDisks(name, [&](WorkspaceConfig& cfg) {
     for (std::string* top : {&cfg.system_top, &cfg.home_top}) {

@@ -28,10 +28,11 @@ inline constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin
 // The caller's variables the supervisor keeps (when set and non-empty), besides PATH: each is
 // read by code the supervisor runs (vault/keys.cc, supervisor/egress.cc, supervisor.cc,
 // vm/meta_disk.cc).
-inline constexpr std::array<std::string_view, 15> kSupervisorVariables = {
+inline constexpr std::array<std::string_view, 16> kSupervisorVariables = {
     "DBUS_SESSION_BUS_ADDRESS",     // vault: Secret Service key backend
     "CLOISTER_VAULT_KEY_BACKEND",   // vault: file | secret-service
     "CLOISTER_TCG_CPU",             // QEMU -cpu under TCG
+    "CLOISTER_KERNEL_BOOT",         // pvh (default) | bzimage (benches)
     "CLOISTER_TCG_TB_SIZE",         // TCG's translation cache, MiB (benches)
     "CLOISTER_FREE_PAGE_REPORTING",  // 0: no balloon (benches)
     "CLOISTER_DISK_AIO",            // threads | io_uring | native (benches)

@@ -23,6 +23,8 @@
 #include <thread>
 
 #include "base/agent_tools.h"
+#include "base/file_util.h"
+#include "base/strings.h"
 #include "lifecycle/lifecycle.h"
 #include "channel/exec_client.h"
 #include "channel/mux.h"
@@ -147,6 +149,10 @@ class Supervisor {
   Phase phase_ = Phase::kBooting;
   std::string stage_ = "starting";
   std::string boot_id_;
+  KernelBoot kernel_boot_ = KernelBoot::kBzImage;  // how this boot entered its kernel
+  std::string SuspendKernelPath() const {
+    return paths_.workspace_dir + "/" + std::string(layout::kSuspendKernelFile);
+  }
   std::string last_checkpoint_;
   std::shared_ptr<channel::Mux> mux_;
   int active_connections_ = 0;
@@ -382,6 +388,22 @@ Status Supervisor::Boot(bool resume) {
   ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
   ASSIGN_OR_RETURN(KernelFiles kernel, KernelFilesFor(config_));
   EndPhase("disks");
+  {
+    // A resume must enter the kernel the way the suspended boot did (QEMU's option ROMs differ).
+    KernelBoot want = KernelBoot::kPvh;
+    if (resume) {
+      auto saved = ReadFileBounded(SuspendKernelPath(), 64);
+      want = saved.ok() ? ParseKernelBoot(Trim(*saved)).value_or(KernelBoot::kBzImage)
+                        : KernelBoot::kBzImage;
+    } else if (const char* v = std::getenv("CLOISTER_KERNEL_BOOT"); v && *v) {
+      want = ParseKernelBoot(v).value_or(KernelBoot::kPvh);
+    }
+    std::string note;
+    kernel = ChooseBootKernel(kernel, store_->root(), want, &kernel_boot_, &note);
+    if (!note.empty()) Log(note);
+    Log(std::string("kernel entry: ") + KernelBootName(kernel_boot_) + " " + kernel.kernel);
+  }
+  EndPhase("kernel-file");  // the PVH vmlinux: derived once per store and kernel, then re-checked
 
   Progress("starting the egress proxy");
   RETURN_IF_ERROR(StartEgress());
@@ -549,6 +571,7 @@ Status Supervisor::Resume() {
   ASSIGN_OR_RETURN(json st, qmp_->Execute("query-status"));
   if (JsonString(st, "status") != "running") RETURN_IF_ERROR(qmp_->Execute("cont"));
   if (unlink(paths_.suspend_state.c_str()) != 0) Log("warning: could not delete suspend state");
+  unlink(SuspendKernelPath().c_str());
   return OkStatus();
 }
 
@@ -656,6 +679,10 @@ Status Supervisor::Suspend() {
     return fail(ErrnoError("fsync " + tmp, err));
   }
   close(fd);
+  // Before the state appears: a state is never without the note of how its kernel was entered.
+  if (Status k = WriteFileAtomic(SuspendKernelPath(), KernelBootName(kernel_boot_), 0600); !k.ok()) {
+    return fail(k.error());
+  }
   if (rename(tmp.c_str(), paths_.suspend_state.c_str()) != 0) return fail(ErrnoError("rename", errno));
   (void)qmp_->Execute("quit");
   return OkStatus();

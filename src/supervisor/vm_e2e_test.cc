@@ -317,7 +317,7 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   auto started = Cloister({"start", "ss", "--accel", "tcg", "--timings"});
   ASSERT_EQ(started.exit_code, 0) << started.err;
   auto boot = ParseTimingsTable(started.out);
-  for (const char* phase : {"disks", "proxy", "metadata-disk", "qemu-spawn", "qemu-start",
+  for (const char* phase : {"disks", "kernel-file", "proxy", "metadata-disk", "qemu-spawn", "qemu-start",
                             "firmware", "kernel", "init-to-hook", "agent-setup",
                             "terminal-probe", "tmux", "checkpoint"}) {
     EXPECT_EQ(boot.count(phase), 1u) << phase << " missing from\n" << started.out;
@@ -325,6 +325,8 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   std::cerr << "[start --timings]\n" << started.out;
   std::string log = testing::Slurp(RunPathsFor(*store_, "ss").supervisor_log);
   EXPECT_NE(log.find("balloon: free page reporting on"), std::string::npos) << log;
+  // The test image's Debian kernel is entered through PVH (vm/pvh_kernel.h), from the cache.
+  EXPECT_NE(log.find("kernel entry: pvh"), std::string::npos) << log;
   // SECURITY: no mapping of QEMU (guest RAM above all) is KSM-mergeable ("mg" in VmFlags):
   // pages are never merged across workspaces, even on a host that turns KSM on.
   {
@@ -356,6 +358,9 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "ss")).state, VmState::kSuspended);
   EXPECT_TRUE(fs::exists(store_->Paths("ss").suspend_state));
+  // How the suspended boot entered its kernel, for the resume to do the same.
+  const std::string kernel_note = store_->Paths("ss").dir + "/suspend.kernel";
+  EXPECT_EQ(Trim(testing::Slurp(kernel_note)), "pvh");
   r = Cloister({"start", "ss", "--timings"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("resum"), std::string::npos) << r.err;
@@ -364,6 +369,7 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   EXPECT_EQ(resumed.count("kernel"), 0u) << r.out;  // no guest boot on a resume
   std::cerr << "[resume --timings]\n" << r.out;
   EXPECT_FALSE(fs::exists(store_->Paths("ss").suspend_state));
+  EXPECT_FALSE(fs::exists(kernel_note));
   Exec("ss", "kill -0 " + pid, &code);
   EXPECT_EQ(code, 0) << "process " << pid << " did not survive suspend/resume";
   Stop("ss");

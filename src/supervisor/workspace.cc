@@ -5,7 +5,9 @@
 #include <ctime>
 #include <filesystem>
 
+#include "store/layout.h"
 #include "supervisor/supervisor.h"
+#include "vm/pvh_kernel.h"
 
 namespace cloister::vm {
 
@@ -42,6 +44,28 @@ Result<KernelFiles> KernelFilesFor(const WorkspaceConfig& config) {
     }
   }
   return k;
+}
+
+const char* KernelBootName(KernelBoot boot) { return boot == KernelBoot::kPvh ? "pvh" : "bzimage"; }
+
+std::optional<KernelBoot> ParseKernelBoot(std::string_view text) {
+  if (text == "pvh") return KernelBoot::kPvh;
+  if (text == "bzimage") return KernelBoot::kBzImage;
+  return std::nullopt;
+}
+
+KernelFiles ChooseBootKernel(const KernelFiles& k, const std::string& store_root, KernelBoot want,
+                             KernelBoot* used, std::string* note) {
+  *used = KernelBoot::kBzImage;
+  note->clear();
+  if (want != KernelBoot::kPvh) return k;
+  auto pvh = EnsurePvhKernel(k.kernel, store_root + "/" + std::string(layout::kPvhCacheDir));
+  if (!pvh.ok()) {
+    *note = "booting the bzImage: no PVH kernel (" + pvh.error().message() + ")";
+    return k;
+  }
+  *used = KernelBoot::kPvh;
+  return KernelFiles{*pvh, k.initrd};
 }
 
 bool IsEphemeral(const WorkspaceConfig& config) {
