@@ -24,6 +24,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "cli/remote_testing.h"
 #include "cli/testing.h"
 #include "cli/version.h"
 
@@ -80,84 +81,24 @@ TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {
   EXPECT_FALSE(CheckRemoteClient("999", kCloisterVersion).ok());
 }
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string ReadText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteText(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+using testing::ReadText;
 
 class RemoteTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ProgramExists("/usr/sbin/sshd") || geteuid() != 0) {
+    if (!testing::LoopbackSshd::Available()) {
       GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
     }
-    char tmpl[] = "/tmp/cloister-remote.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     remote_store_ = std::make_unique<testing::TempStore>("remote");
     exe_ = std::string(getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
     ASSERT_TRUE(fs::exists(exe_)) << exe_;
-    fs::create_directories("/run/sshd");
-    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()})->exit_code, 0);
-    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "id").string()})->exit_code, 0);
-    WriteText(dir_ / "authorized_keys", ReadText(dir_ / "id.pub"));
-    for (int attempt = 0; attempt < 3 && sshd_pid_ <= 0; ++attempt) {
-      port_ = FreeLoopbackPort();
-      std::ostringstream cfg;
-      cfg << "ListenAddress 127.0.0.1:" << port_ << "\n"
-          << "HostKey " << (dir_ / "hostkey").string() << "\n"
-          << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
-          << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
-          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
-          // The remote's own store; the remote knows nothing of the local one.
-          << "SetEnv CLOISTER_HOME=" << remote_store_->root()
-          << " PATH=" << fs::path(exe_).parent_path().string() << ":/usr/sbin:/usr/bin:/sbin:/bin\n";
-      WriteText(dir_ / "sshd_config", cfg.str());
-      auto d = RunProcess({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E", (dir_ / "sshd.log").string()});
-      if (!d.ok() || d->exit_code != 0) continue;
-      for (int i = 0; i < 500 && sshd_pid_ <= 0; ++i) {
-        std::string pid = Trim(ReadText(dir_ / "sshd.pid"));
-        if (!pid.empty()) sshd_pid_ = std::stoi(pid);
-        else std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
-      }
-    }
-    ASSERT_GT(sshd_pid_, 0) << ReadText(dir_ / "sshd.log");
-    WriteText(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port_) + " " + ReadText(dir_ / "hostkey.pub"));
-    // The user's ssh config, as a user would have it (here a file of its own).
-    WriteText(dir_ / "ssh_config", "Host *\n  IdentityFile " + (dir_ / "id").string() +
-                                       "\n  IdentitiesOnly yes\n  IdentityAgent none\n  BatchMode yes\n"
-                                       "  UserKnownHostsFile " + (dir_ / "known_hosts").string() +
-                                       "\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n");
+    Status st = sshd_.Start(remote_store_->root(), exe_);
+    ASSERT_TRUE(st.ok()) << st.error().ToString();
+    dir_ = sshd_.dir();
+    port_ = sshd_.port();
+    sshd_pid_ = sshd_.pid();
     local_store_ = std::make_unique<testing::TempStore>("local");
-    url_ = "ssh://root@127.0.0.1:" + std::to_string(port_);
-  }
-  void TearDown() override {
-    if (sshd_pid_ > 0) {
-      kill(sshd_pid_, SIGTERM);
-      // sshd removes its pid file as it exits: wait for it (bounded) before removing the dir.
-      for (int i = 0; i < 250 && kill(sshd_pid_, 0) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
+    url_ = sshd_.url();
   }
 
   RunOptions Env(const std::string& input = "") const {
@@ -177,6 +118,7 @@ class RemoteTest : public ::testing::Test {
     return r.ok() ? *r : RunOutput{};
   }
 
+  testing::LoopbackSshd sshd_;
   fs::path dir_;
   std::string exe_, url_;
   int port_ = -1;
