@@ -10,11 +10,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -82,6 +85,7 @@ TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {
 }
 
 using testing::ReadText;
+using testing::WriteText;
 
 class RemoteTest : public ::testing::Test {
  protected:
@@ -302,6 +306,122 @@ TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
   RunOutput ls = Cloister({"--host", url_, "ls", "--json"});
   EXPECT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_NE(ls.out.find("far"), std::string::npos);
+}
+
+// A ustar archive of `entries` (name, type '0' file / '2' symlink / '5' dir, link or content).
+struct TarEntry {
+  std::string name;
+  char type;
+  std::string data;  // a file's content, a symlink's target
+};
+std::string UstarOf(const std::vector<TarEntry>& entries) {
+  std::string out;
+  for (const TarEntry& e : entries) {
+    char h[512] = {};
+    std::snprintf(h, 100, "%s", e.name.c_str());
+    std::snprintf(h + 100, 8, "%07o", e.type == '5' ? 0755 : 0644);
+    std::snprintf(h + 108, 8, "%07o", 0);
+    std::snprintf(h + 116, 8, "%07o", 0);
+    std::snprintf(h + 124, 12, "%011o", e.type == '0' ? static_cast<unsigned>(e.data.size()) : 0u);
+    std::snprintf(h + 136, 12, "%011o", 1700000000u);
+    std::memset(h + 148, ' ', 8);
+    h[156] = e.type;
+    if (e.type == '2') std::snprintf(h + 157, 100, "%s", e.data.c_str());
+    std::memcpy(h + 257, "ustar", 6);
+    std::memcpy(h + 263, "00", 2);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h + 148, 8, "%06o", sum);
+    out.append(h, 512);
+    if (e.type == '0') {
+      out += e.data;
+      out.append((512 - e.data.size() % 512) % 512, '\0');
+    }
+  }
+  out.append(1024, '\0');
+  return out;
+}
+
+// A hostile remote: its "cloister" answers every verb with a prepared file on stdout (a tar for
+// cp, JSON for ssh-config's material), whatever the real one would do. The local side's own
+// checks are all that stands between it and this machine's files.
+class HostileRemoteTest : public RemoteTest {
+ protected:
+  void SetUp() override {
+    RemoteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    fake_ = dir_ / "fake-cloister";
+    WriteText(fake_, "#!/bin/sh\ncat " + (dir_ / "answer").string() + "\n");
+    chmod(fake_.c_str(), 0755);
+    ASSERT_EQ(Cloister({"context", "add", "evil", url_, "--cloister", fake_.string()}).exit_code, 0);
+  }
+  fs::path fake_;
+};
+
+// SECURITY: remote -> local cp holds the remote's tar to transfer/'s entry policy on this side:
+// no entry lands outside the destination (.., absolute, through a symlink, another top).
+TEST_F(HostileRemoteTest, CpFromAHostileRemoteWritesNothingOutsideTheDestination) {
+  fs::path dest = dir_ / "dest", outside = dir_ / "outside";
+  fs::create_directories(dest);
+  fs::create_directories(outside);
+  const std::vector<std::vector<TarEntry>> attacks = {
+      {{"proj/", '5', ""}, {"proj/../../escaped", '0', "dotdot"}},
+      {{"proj/", '5', ""}, {(outside / "escaped").string(), '0', "absolute"}},
+      {{"proj/", '5', ""}, {"proj/link", '2', outside.string()}, {"proj/link/escaped", '0', "via link"}},
+      {{"proj/", '5', ""}, {"other/escaped", '0', "other top"}},
+      {{"proj/", '5', ""}, {"proj/up", '2', "../.."}, {"proj/up/escaped", '0', "via relative link"}},
+  };
+  int refused = 0;
+  for (size_t i = 0; i < attacks.size(); ++i) {
+    WriteText(dir_ / "answer", UstarOf(attacks[i]));
+    RunOutput r = Cloister({"--context", "evil", "cp", "ws:/home/dev/proj", dest.string()});
+    if (r.exit_code != 0) ++refused;
+    EXPECT_NE(r.exit_code, 0) << "attack " << i << ": " << r.err;
+    for (const fs::path& p : {dir_ / "escaped", outside / "escaped", dir_.parent_path() / "escaped",
+                              dest / "escaped", dest / "other"}) {
+      EXPECT_FALSE(fs::exists(fs::symlink_status(p))) << "attack " << i << " wrote " << p;
+    }
+  }
+  EXPECT_EQ(refused, static_cast<int>(attacks.size()));
+  // The same stream without the attack is copied (the refusals above were the policy's).
+  WriteText(dir_ / "answer", UstarOf({{"proj/", '5', ""}, {"proj/a.txt", '0', "fine"}}));
+  RunOutput ok = Cloister({"--context", "evil", "cp", "ws:/home/dev/proj", dest.string()});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ReadText(dest / "proj" / "a.txt"), "fine");
+}
+
+// SECURITY: ssh-config writes the remote's host key pin into a known_hosts file here: only one
+// "NAME.cloister ssh-ed25519 KEY" line, never a marker or pattern that would trust other hosts.
+TEST_F(HostileRemoteTest, SshConfigRefusesAHostilePinAndWritesNone) {
+  ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "idekey").string()})->exit_code, 0);
+  std::string key = ReadText(dir_ / "idekey");
+  std::string pub = Trim(ReadText(dir_ / "idekey.pub"));
+  std::string blob = Split(pub, ' ')[1];
+  auto material = [&](const std::string& pin) {
+    return nlohmann::json{{"identity", key},
+                          {"workspaces", {{{"name", "ws"}, {"known_hosts", pin}}}}}.dump();
+  };
+  fs::path pin_file = dir_ / "config" / "cloister" / "remotes";
+  for (const std::string& bad : {"@cert-authority * ssh-ed25519 " + blob, "* ssh-ed25519 " + blob,
+                                 "ws.cloister ssh-ed25519 " + blob + "\nevil.example ssh-ed25519 " + blob,
+                                 "ws.cloister,github.com ssh-ed25519 " + blob}) {
+    WriteText(dir_ / "answer", material(bad));
+    RunOutput r = Cloister({"--context", "evil", "ssh-config", "ws"});
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_EQ(r.out.find("Host ws.cloister"), std::string::npos) << r.out;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(pin_file, ec)) {
+      EXPECT_NE(e.path().extension(), ".known_hosts") << "a pin was written: " << e.path();
+      EXPECT_NE(e.path().filename(), "ssh-client") << "a key was written: " << e.path();
+    }
+  }
+  // The well-formed answer gives a block whose ProxyCommand goes through the remote host.
+  WriteText(dir_ / "answer", material("ws.cloister ssh-ed25519 " + blob));
+  RunOutput good = Cloister({"--context", "evil", "ssh-config", "ws"});
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.out.find("Host ws.cloister"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("_ssh-stdio"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("127.0.0.1"), std::string::npos) << good.out;
 }
 
 }  // namespace

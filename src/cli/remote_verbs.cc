@@ -457,6 +457,19 @@ int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefi
     return Fail(Error(ErrorCode::kCorrupt, "the remote sent no usable client key: " + key.error().message(),
                       "check that both machines run the same cloister"));
   }
+  const json& list = (*doc)["workspaces"];
+  if (!list.is_array()) return Fail(Error(ErrorCode::kCorrupt, "the remote's answer lists no workspaces"));
+  // Everything is checked before anything is written.
+  std::vector<std::pair<std::string, std::string>> pins;  // name, line
+  for (const json& w : list) {
+    std::string name = w.is_object() ? w.value("name", "") : "";
+    if (!SafeName(name)) return Fail(Error(ErrorCode::kCorrupt, "the remote named a bad workspace"));
+    auto line = CheckPinLine(name, w.is_object() ? w.value("known_hosts", "") : "");
+    if (!line.ok()) return Fail(line.error());
+    pins.emplace_back(name, *line);
+  }
+  auto pem = sshagent::OpenSshPrivateKey(*key, "cloister IDE key of " + t.url());
+  if (!pem.ok()) return Fail(pem.error());
   std::string base = fs::path(ContextsPath()).parent_path().string() + "/remotes";
   std::string dir = base + "/" + TargetId(t);
   std::error_code ec;
@@ -464,20 +477,12 @@ int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefi
   if (ec) return Fail(Error(ErrorCode::kIo, "cannot create " + dir + ": " + ec.message()));
   chmod(base.c_str(), 0700);
   chmod(dir.c_str(), 0700);
-  auto pem = sshagent::OpenSshPrivateKey(*key, "cloister IDE key of " + t.url());
-  if (!pem.ok()) return Fail(pem.error());
   std::string identity = dir + "/ssh-client";
   if (Status st = WriteFileAtomic(identity, pem->view(), 0600); !st.ok()) return Fail(st.error());
-  const json& list = (*doc)["workspaces"];
-  if (!list.is_array()) return Fail(Error(ErrorCode::kCorrupt, "the remote's answer lists no workspaces"));
   std::string text;
-  for (const json& w : list) {
-    std::string name = w.is_object() ? w.value("name", "") : "";
-    if (!SafeName(name)) return Fail(Error(ErrorCode::kCorrupt, "the remote named a bad workspace"));
-    auto line = CheckPinLine(name, w.value("known_hosts", ""));
-    if (!line.ok()) return Fail(line.error());
+  for (const auto& [name, line] : pins) {
     std::string pin = dir + "/" + name + ".known_hosts";
-    if (Status st = WriteFileAtomic(pin, *line + "\n", 0644); !st.ok()) return Fail(st.error());
+    if (Status st = WriteFileAtomic(pin, line + "\n", 0644); !st.ok()) return Fail(st.error());
     SshHostSpec spec;
     spec.name = name;
     spec.identity = identity;
