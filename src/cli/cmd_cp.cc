@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -413,10 +414,28 @@ int CopyFromRemote(Cli& cli, const RemoteTarget& t, const std::vector<std::strin
   }
   Result<transfer::TarStats> copied = dst == "-" ? transfer::FilterTar(sv[0], STDOUT_FILENO, policy)
                                                  : transfer::ExtractTar(sv[0], dest_dir, policy);
-  if (!copied.ok()) kill(*pid, SIGTERM);  // refused: end the connection, not the workspace
+  if (!copied.ok()) {
+    // A remote that failed (no such path...) ends its stream early and says why on stderr: its
+    // exit code is the answer then. One still sending was refused here: end the connection (not
+    // the workspace), the refusal is the answer.
+    bool ended = false;
+    int status = 0;
+    for (int i = 0; i < 40 && !ended; ++i) {
+      ended = waitpid(*pid, &status, WNOHANG) == *pid;
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // bounded
+    }
+    close(sv[0]);
+    if (ended && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 255) {
+      return WEXITSTATUS(status);
+    }
+    if (!ended) {
+      kill(*pid, SIGTERM);
+      waitpid(*pid, &status, 0);
+    }
+    return cli.Fail(copied.error());
+  }
   close(sv[0]);
   int code = WaitRemote(t, *pid);
-  if (!copied.ok()) return cli.Fail(copied.error());
   if (code != 0) return code;  // the remote said why on stderr
   if (dst != "-") cli.err() << Summary(*copied, "to " + dst);
   return kExitOk;

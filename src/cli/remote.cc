@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +16,9 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "base/strings.h"
 #include "cli/version.h"
+#include "sshagent/ide_keys.h"
 
 namespace cloister::cli {
 
@@ -348,6 +351,22 @@ Result<std::string> RemoteOutput(const RemoteTarget& t, const std::vector<std::s
   close(fds[0]);
   *exit_code = WaitRemote(t, *pid);
   return out;
+}
+
+Result<std::string> CheckRemotePinLine(const std::string& name, const std::string& text) {
+  if (text.size() > 512) return Error(ErrorCode::kCorrupt, "the remote's host key pin is too long");
+  std::string line = Trim(text);
+  std::vector<std::string> words = Split(line, ' ');
+  bool ok = words.size() == 3 && words[0] == name + sshagent::kSshHostSuffix &&
+            words[1] == "ssh-ed25519" && !words[2].empty() && words[2].size() < 200;
+  for (char c : ok ? words[2] : std::string()) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') ok = false;
+  }
+  if (!ok) {
+    return Error(ErrorCode::kCorrupt, "the remote's host key pin for " + name + " is not one ed25519 key",
+                 "run `cloister ssh-config " + name + "` on the remote host and check its output");
+  }
+  return line;
 }
 
 std::string TargetId(const RemoteTarget& t) {

@@ -91,6 +91,11 @@ Result<std::string> RemoteOutput(const RemoteTarget& target, const std::vector<s
 int RemoteCopy(const RemoteTarget& target, const std::vector<std::string>& prefix,
                const std::vector<std::string>& args);
 
+// SECURITY: a host key pin line from a remote's `_ssh-material`, for a known_hosts file here: it
+// must be exactly "NAME.cloister ssh-ed25519 BASE64" (one line; no marker such as @cert-authority,
+// no pattern, no second host). Returns the trimmed line, or kCorrupt. Fuzzed (remote_pin).
+Result<std::string> CheckRemotePinLine(const std::string& name, const std::string& text);
+
 // A short file-name-safe id of a target ("root@127.0.0.1_2222").
 std::string TargetId(const RemoteTarget& target);
 

@@ -61,7 +61,8 @@ void LoopbackSshd::Stop() {
   pid_ = -1;
 }
 
-Status LoopbackSshd::Start(const std::string& remote_store, const std::string& exe) {
+Status LoopbackSshd::Start(const std::string& remote_store, const std::string& exe,
+                           const std::map<std::string, std::string>& env) {
   char tmpl[] = "/tmp/cloister-sshd.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return ErrnoError("mkdtemp", errno);
   dir_ = tmpl;
@@ -83,7 +84,9 @@ Status LoopbackSshd::Start(const std::string& remote_store, const std::string& e
         << "AllowTcpForwarding local\n"
         // The remote's own store; the remote knows nothing of the local one.
         << "SetEnv CLOISTER_HOME=" << remote_store
-        << " PATH=" << fs::path(exe).parent_path().string() << ":/usr/sbin:/usr/bin:/sbin:/bin\n";
+        << " PATH=" << fs::path(exe).parent_path().string() << ":/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const auto& [k, v] : env) cfg << " " << k << "=" << v;
+    cfg << "\n";
     WriteText(dir_ / "sshd_config", cfg.str());
     auto d = RunProcess({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E", (dir_ / "sshd.log").string()});
     if (!d.ok() || d->exit_code != 0) continue;

@@ -23,8 +23,10 @@ class LoopbackSshd {
 
   // Whether this machine can run it (root, /usr/sbin/sshd).
   static bool Available();
-  // Starts sshd whose sessions get CLOISTER_HOME=remote_store and `exe`'s directory first on PATH.
-  Status Start(const std::string& remote_store, const std::string& exe);
+  // Starts sshd whose sessions get CLOISTER_HOME=remote_store, `exe`'s directory first on PATH,
+  // and `env` (values without spaces or quotes).
+  Status Start(const std::string& remote_store, const std::string& exe,
+               const std::map<std::string, std::string>& env = {});
   void Stop();
 
   const std::filesystem::path& dir() const { return dir_; }

@@ -95,8 +95,10 @@ std::string StartTime(pid_t pid) {
   size_t close = stat.rfind(')');
   if (close == std::string::npos) return "";
   std::istringstream ss(stat.substr(close + 2));
-  std::string f;
-  for (int i = 3; i <= 22 && (ss >> f); ++i) {
+  std::string state, f;
+  ss >> state;
+  if (state == "Z") return "";  // exited, not reaped yet: not running
+  for (int i = 4; i <= 22 && (ss >> f); ++i) {
   }
   return f;
 }
@@ -138,6 +140,8 @@ void EndTunnel(const Tunnel& tun) {
     }
   }
   unlink(tun.file.c_str());
+  std::string log = tun.file.substr(0, tun.file.size() - 5) + ".log";  // ".json" -> ".log"
+  unlink(log.c_str());
 }
 
 // Whether something listens on ip:port (a connect test would open a stream to the guest).
@@ -224,14 +228,29 @@ Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const
   if (!t.port.empty()) argv.insert(argv.end(), {"-p", t.port});
   if (!t.user.empty()) argv.insert(argv.end(), {"-l", t.user});
   argv.insert(argv.end(), {"--", t.host});
+  // ssh's messages go to a log beside the tunnel file: its stderr must not be ours, or whoever
+  // reads our stderr to its end (a script, a pipe) would wait for the tunnel to end too.
+  std::string log = dir + "/" + TargetId(t) + "." + name + "." + std::to_string(local_port) + ".log";
+  int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (log_fd < 0) return ErrnoError("open " + log, errno);
+  auto say_log = [&] {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > 4096) text.resize(4096);
+    if (!text.empty()) std::cerr << text << (text.back() == '\n' ? "" : "\n");
+    unlink(log.c_str());
+  };
   pid_t pid = fork();
-  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid < 0) {
+    close(log_fd);
+    return ErrnoError("fork", errno);
+  }
   if (pid == 0) {
     setsid();  // outlives this cloister, never gets the terminal's signals
     int null_fd = open("/dev/null", O_RDWR);
     dup2(null_fd, STDIN_FILENO);
     dup2(null_fd, STDOUT_FILENO);
-    // stderr stays: ssh's own failure (a refused bind) is the user's to read.
+    dup2(log_fd, STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
     std::vector<char*> cargv;
@@ -244,12 +263,15 @@ Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const
   for (int i = 0; i < 600; ++i) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
+      close(log_fd);
+      say_log();
       return Error(ErrorCode::kUnavailable,
                    "the tunnel for " + bind_ip + ":" + std::to_string(local_port) + " failed (ssh exited " +
                        std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) + ")",
                    "is the local port free? see ssh's message above");
     }
     if (Listening(ip, local_port)) {
+      close(log_fd);
       json doc = {{"url", t.url()},           {"name", name},
                   {"local_ip", ip},           {"local_port", local_port},
                   {"remote_port", remote_port}, {"guest_port", guest_port},
@@ -265,6 +287,8 @@ Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const
   }
   kill(pid, SIGTERM);
   waitpid(pid, nullptr, 0);
+  close(log_fd);
+  say_log();
   return Error(ErrorCode::kUnavailable, "the tunnel's ssh did not listen within 60 s",
                "check `ssh " + t.host + " true`");
 }
@@ -410,23 +434,6 @@ int RemotePort(const RemoteTarget& t, const std::vector<std::string>& prefix,
   return RunRemote(t, all);  // usage errors: the remote's
 }
 
-// SECURITY: a pin line from the remote is written into a known_hosts file here: it must be
-// exactly "NAME.cloister ssh-ed25519 BASE64" (no marker such as @cert-authority, no pattern).
-Result<std::string> CheckPinLine(const std::string& name, const std::string& text) {
-  std::string line = Trim(text);
-  std::vector<std::string> words = Split(line, ' ');
-  bool ok = words.size() == 3 && words[0] == name + sshagent::kSshHostSuffix &&
-            words[1] == "ssh-ed25519" && !words[2].empty() && words[2].size() < 200;
-  for (char c : ok ? words[2] : std::string()) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') ok = false;
-  }
-  if (!ok) {
-    return Error(ErrorCode::kCorrupt, "the remote's host key pin for " + name + " is not one ed25519 key",
-                 "run `cloister ssh-config " + name + "` on the remote host and check its output");
-  }
-  return line;
-}
-
 int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefix,
                     const std::vector<std::string>& args) {
   std::vector<std::string> names;
@@ -464,7 +471,7 @@ int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefi
   for (const json& w : list) {
     std::string name = w.is_object() ? w.value("name", "") : "";
     if (!SafeName(name)) return Fail(Error(ErrorCode::kCorrupt, "the remote named a bad workspace"));
-    auto line = CheckPinLine(name, w.is_object() ? w.value("known_hosts", "") : "");
+    auto line = CheckRemotePinLine(name, w.is_object() ? w.value("known_hosts", "") : "");
     if (!line.ok()) return Fail(line.error());
     pins.emplace_back(name, *line);
   }
