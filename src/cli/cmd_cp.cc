@@ -255,7 +255,16 @@ Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string&
   guest.join();
   close(sv[0]);
   close(sv[1]);
-  if (aborted) return copied.error();
+  if (aborted) {
+    // The guest's tar may have failed first (no such path): its words go along (bounded,
+    // terminal-safe), after ours, which stay the answer.
+    if (run.ok() && run->exit.ShellCode() != 0 && !run->err.empty()) {
+      return Error(copied.error().code(),
+                   copied.error().message() + " (the workspace's tar: " + run->err + ")",
+                   copied.error().hint());
+    }
+    return copied.error();
+  }
   if (!run.ok()) {
     return vm::ExplainEndedSession(store, src.name, lifecycle::Action::kExec, run.error());
   }

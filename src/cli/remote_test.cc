@@ -308,6 +308,25 @@ TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
   EXPECT_NE(ls.out.find("far"), std::string::npos);
 }
 
+// -p on create/run names this machine's ports; against a remote it would publish on the remote's
+// loopback instead: refused before anything runs there, with the way that publishes here.
+TEST_F(RemoteTest, PublishFlagsOfCreateAreRefusedAgainstARemote) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"-p", "8080:80"}, {"-p8080:80"}, {"--publish=8080:80"},
+                                             {"--publish", "8080:80"}, {"--auto-ports"}}) {
+    std::vector<std::string> args = {"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    RunOutput r = Cloister(args);
+    EXPECT_EQ(r.exit_code, kExitUsage) << flags[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("port NAME add"), std::string::npos) << r.err;
+  }
+  // Without them the verb reaches the remote (which answers for its own reasons).
+  RunOutput plain = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"});
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_EQ(plain.err.find("port NAME add"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.err.find("nonexistent"), std::string::npos) << plain.err;
+}
+
 // A ustar archive of `entries` (name, type '0' file / '2' symlink / '5' dir, link or content).
 struct TarEntry {
   std::string name;

@@ -526,6 +526,21 @@ int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
   std::vector<std::string> prefix(args.begin(), args.begin() + static_cast<long>(v));
   std::vector<std::string> rest(args.begin() + static_cast<long>(v) + 1, args.end());
   const std::string& verb = args[v];
+  if (verb == "create" || verb == "run") {
+    // -p names ports of the machine that runs the verb: over --host that would be the remote's
+    // loopback, not this one's. Refused (fail closed) with the way that publishes here.
+    for (const std::string& a : rest) {
+      if (a == "--") break;
+      if (a == "-p" || a.rfind("--publish", 0) == 0 || a == "--auto-ports" ||
+          (a.size() > 2 && a.rfind("-p", 0) == 0 && a[2] != '-')) {
+        return Fail(Error(ErrorCode::kInvalidArgument,
+                          "-p/--publish/--auto-ports of `" + verb + "` against a remote would publish on " +
+                              t.host + "'s loopback, not this machine's",
+                          "drop it, and after the start publish here: `cloister --host " + t.url() +
+                              " port NAME add HOST_PORT:GUEST_PORT`"));
+      }
+    }
+  }
   if (verb == "cp") return RemoteCopy(t, prefix, rest);
   if (verb == "port") return RemotePort(t, prefix, rest);
   if (verb == "ssh-config") return RemoteSshConfig(t, prefix, rest);
