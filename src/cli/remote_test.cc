@@ -110,7 +110,8 @@ class RemoteTest : public ::testing::Test {
     ro.stdin_data = input;
     ro.env_set = {{"CLOISTER_SSH_COMMAND", "ssh -F " + (dir_ / "ssh_config").string()},
                   {"XDG_CONFIG_HOME", (dir_ / "config").string()},
-                  {"CLOISTER_HOME", local_store_->root()}};
+                  {"CLOISTER_HOME", local_store_->root()},
+                  {"XDG_RUNTIME_DIR", (dir_ / "run").string()}};
     ro.env_unset = {"CLOISTER_HOST", "CLOISTER_CONTEXT"};
     ro.timeout = std::chrono::seconds(120);
     return ro;
@@ -325,6 +326,32 @@ TEST_F(RemoteTest, PublishFlagsOfCreateAreRefusedAgainstARemote) {
   EXPECT_NE(plain.exit_code, 0);
   EXPECT_EQ(plain.err.find("port NAME add"), std::string::npos) << plain.err;
   EXPECT_NE(plain.err.find("nonexistent"), std::string::npos) << plain.err;
+}
+
+// A tunnel file names a pid: it is signalled only while that pid is still the ssh that was
+// started (its start time matches), never a process that reused the number.
+TEST_F(RemoteTest, PortRmNeverSignalsAReusedPid) {
+  pid_t victim = fork();
+  if (victim == 0) {
+    execlp("sleep", "sleep", "600", nullptr);
+    _exit(127);
+  }
+  ASSERT_GT(victim, 0);
+  fs::path tunnels = dir_ / "run" / "cloister" / "tunnels";
+  fs::create_directories(tunnels);
+  chmod((dir_ / "run" / "cloister").c_str(), 0700);
+  chmod(tunnels.c_str(), 0700);
+  std::string file = (tunnels / ("root@127.0.0.1_" + std::to_string(port_) + ".ws.5555.json")).string();
+  WriteText(file, nlohmann::json{{"url", url_}, {"name", "ws"}, {"local_ip", "127.0.0.1"},
+                                 {"local_port", 5555}, {"remote_port", 6666}, {"guest_port", 80},
+                                 {"pid", victim}, {"start", "1"}}.dump());
+  RunOutput r = Cloister({"--host", url_, "port", "ws", "rm", "5555"});
+  EXPECT_NE(r.exit_code, 0);  // the remote has no workspace ws: its own answer
+  EXPECT_FALSE(fs::exists(file));  // the stale file is gone
+  int status = 0;
+  EXPECT_EQ(waitpid(victim, &status, WNOHANG), 0) << "the reused pid was signalled";
+  kill(victim, SIGKILL);
+  waitpid(victim, &status, 0);
 }
 
 // A ustar archive of `entries` (name, type '0' file / '2' symlink / '5' dir, link or content).
