@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -326,6 +328,59 @@ TEST_F(RemoteTest, PublishFlagsOfCreateAreRefusedAgainstARemote) {
   EXPECT_NE(plain.exit_code, 0);
   EXPECT_EQ(plain.err.find("port NAME add"), std::string::npos) << plain.err;
   EXPECT_NE(plain.err.find("nonexistent"), std::string::npos) << plain.err;
+}
+
+// A destructive verb's confirmation is asked on the local terminal (ssh -t: the remote verb's
+// prompt on the remote pty, shown and answered here): "n" keeps the workspace, "y" deletes it.
+TEST_F(RemoteTest, ConfirmationsAreAskedOnTheLocalTerminal) {
+  ASSERT_EQ(remote_store_->CreateWorkspace("far"), "");
+  RunOptions ro = Env();
+  for (const char* answer : {"n", "y"}) {
+    int master = -1;
+    winsize ws{24, 80, 0, 0};
+    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (const auto& [k, v] : ro.env_set) setenv(k.c_str(), v.c_str(), 1);
+      unsetenv("CLOISTER_HOST");
+      unsetenv("CLOISTER_CONTEXT");
+      execl(exe_.c_str(), exe_.c_str(), "--host", url_.c_str(), "rm", "far", nullptr);
+      _exit(127);
+    }
+    std::string screen;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (screen.find("[y/N]") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) continue;
+      char buf[1024];
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_NE(screen.find("Delete workspace 'far'"), std::string::npos) << screen;
+    std::string line = std::string(answer) + "\r";
+    ASSERT_EQ(write(master, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    // Read to the end (the pty's EOF/EIO) so the child is never blocked on a full terminal.
+    char buf[1024];
+    while (true) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0) break;
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(master);
+    bool kept = fs::exists(fs::path(remote_store_->root()) / "workspaces" / "far");
+    if (std::string(answer) == "n") {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << screen;
+      EXPECT_TRUE(kept) << screen;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << screen;
+      EXPECT_FALSE(kept) << screen;
+    }
+  }
 }
 
 // A tunnel file names a pid: it is signalled only while that pid is still the ssh that was
