@@ -2,7 +2,7 @@
 // a real sshd on 127.0.0.1 (cli/remote_testing.h) whose sessions run cloister on the fixture's
 // store (the "remote"), while this side is the same binary with the user's ssh (-F <test
 // config>). Through the remote: create, ssh-config (before the boot: the store's client key),
-// start; exec with exit codes and stdin; exec -t on a local pty whose resize reaches the guest's
+// start; exec with exit codes, signals and stdin; Ctrl-C on the local terminal; exec -t on a local pty whose resize reaches the guest's
 // `stty size`; attach and detach (C-b d); cp both ways; a guest HTTP server published on the
 // *local* loopback by `port add` (the local ssh -L tunnel carries it; `port ls` shows both ends,
 // `port rm` ends it); ssh-config's ProxyCommand used by a real `ssh` to run a command in the
@@ -181,6 +181,26 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
     EXPECT_TRUE(ReadUntil(master, &screen, "B=40 120=", std::chrono::seconds(120))) << screen;
     int status = WaitChild(child, std::chrono::seconds(60));
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << screen;
+    close(master);
+  }
+
+  // Signals: a command the guest kills gives 128+signal here; Ctrl-C typed on the local terminal
+  // reaches the guest command (ssh -t carries the byte, the guest's pty makes it SIGINT).
+  RunOutput killed = Remote({"exec", "ws", "--", "sh", "-c", "kill -TERM $$"});
+  EXPECT_EQ(killed.exit_code, 128 + SIGTERM) << killed.err;
+  {
+    int master = -1;
+    pid_t child = SpawnCloisterOnPty({"--host", url_, "exec", "-i", "-t", "ws", "--", "sh", "-c",
+                                      "trap 'echo GOT-INT; exit 5' INT; echo READY; "
+                                      "while :; do sleep 1; done"},
+                                     &master);
+    ASSERT_GE(child, 0);
+    std::string screen;
+    EXPECT_TRUE(ReadUntil(master, &screen, "READY", std::chrono::seconds(180))) << screen;
+    ASSERT_EQ(write(master, "\x03", 1), 1);
+    EXPECT_TRUE(ReadUntil(master, &screen, "GOT-INT", std::chrono::seconds(60))) << screen;
+    int status = WaitChild(child, std::chrono::seconds(60));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << status << screen;
     close(master);
   }
 
