@@ -363,7 +363,9 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
   EXPECT_NE(HttpGet(hp2).find("remote-page"), std::string::npos);
   RunOutput stopped = Remote({"stop", "ws", "--timeout", "60"});
   EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
-  if (tunnel2 > 0) EXPECT_TRUE(Gone(tunnel2));
+  if (tunnel2 > 0) {
+    EXPECT_TRUE(Gone(tunnel2));
+  }
   EXPECT_EQ(Connect(hp2), -1);
   EXPECT_EQ(vm::DeriveStatus(vm::RunPathsFor(*store_, "ws")).state, vm::VmState::kStopped);
 }
