@@ -31,6 +31,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -168,6 +169,32 @@ bool Listening(const std::string& ip, int port) {
   return taken;
 }
 
+// Whether process `pid` holds a listening TCP socket on `port` (/proc/net/tcp{,6} LISTEN rows
+// whose inode is one of the process's fds): the tunnel's own ssh, not whoever else took the port.
+bool PidListensOn(pid_t pid, int port) {
+  std::set<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ss(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      if (!(ss >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+      size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;
+      if (std::strtol(local.substr(colon + 1).c_str(), nullptr, 16) == port) inodes.insert(inode);
+    }
+  }
+  if (inodes.empty()) return false;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::string target = fs::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0 && inodes.count(target.substr(8, target.size() - 9))) return true;
+  }
+  return false;
+}
+
 int FreePort(const std::string& ip) {
   bool v6 = ip.find(':') != std::string::npos;
   int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -270,7 +297,7 @@ Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const
                        std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) + ")",
                    "is the local port free? see ssh's message above");
     }
-    if (Listening(ip, local_port)) {
+    if (PidListensOn(pid, local_port)) {
       close(log_fd);
       json doc = {{"url", t.url()},           {"name", name},
                   {"local_ip", ip},           {"local_port", local_port},
