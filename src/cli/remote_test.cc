@@ -383,6 +383,27 @@ TEST_F(RemoteTest, ConfirmationsAreAskedOnTheLocalTerminal) {
   }
 }
 
+// port add through a remote checks this machine's port first: a taken one is refused naming it,
+// before anything is asked of the remote, and no tunnel is recorded.
+TEST_F(RemoteTest, PortAddRefusesATakenLocalPort) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string taken = std::to_string(ntohs(a.sin_port));
+  RunOutput r = Cloister({"--host", url_, "port", "ws", "add", "127.0.0.1:" + taken + ":80"});
+  close(fd);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("port " + taken + " on 127.0.0.1 is taken on this machine"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("no workspace named"), std::string::npos) << "the remote was asked: " << r.err;
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(dir_ / "run" / "cloister" / "tunnels", ec) || ec) << "a tunnel was recorded";
+}
+
 // A tunnel file names a pid: it is signalled only while that pid is still the ssh that was
 // started (its start time matches), never a process that reused the number.
 TEST_F(RemoteTest, PortRmNeverSignalsAReusedPid) {
