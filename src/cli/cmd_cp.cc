@@ -13,14 +13,17 @@
 //   DST a new path (parent must exist) -> DST (SRC renamed)
 //   DST an existing file         -> overwritten (SRC must be a file)
 //   `-` as DST: a tar of SRC on stdout; `-` as SRC: a tar on stdin extracted into the directory DST.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/remote.h"
 #include "protocol/contract.h"
 #include "store/store.h"
 #include "supervisor/launcher.h"
@@ -180,19 +184,22 @@ std::string Summary(const transfer::TarStats& s, const std::string& where) {
   return out + "\n";
 }
 
-Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string& dst) {
+// Where a copy out of a workspace lands on this machine (docker's rules): the directory to
+// extract into and the policy (top = the guest's basename of SRC). dest_dir stays "" for `-`.
+Status ResolveHostDestination(Cli& cli, const Spec& src, const std::string& dst,
+                              std::string* gparent_out, std::string* dest_dir,
+                              transfer::EntryPolicy* policy) {
   std::string gpath = GuestPath(StripSlashes(src.path));
   auto [gparent, gbase] = SplitPath(gpath);
   RETURN_IF_ERROR(CheckBase(gbase, src.path));
-  transfer::EntryPolicy policy;
-  policy.top = gbase;
-  policy.warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
-  std::string dest_dir;
+  *gparent_out = gparent;
+  policy->top = gbase;
+  policy->warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
   if (dst != "-") {
     struct stat st;
     std::string d = StripSlashes(dst);
     if (stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      dest_dir = d;
+      *dest_dir = d;
     } else {
       auto [parent, base] = SplitPath(d);
       RETURN_IF_ERROR(CheckBase(base, dst));
@@ -205,11 +212,20 @@ Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string&
         return Error(ErrorCode::kNotFound, "no directory " + d + " on the host",
                      "create it first (`mkdir -p " + d + "`)");
       }
-      dest_dir = parent;
-      policy.rename_top = base;
-      policy.top_must_be_file = stat(d.c_str(), &st) == 0;  // an existing non-directory
+      *dest_dir = parent;
+      policy->rename_top = base;
+      policy->top_must_be_file = stat(d.c_str(), &st) == 0;  // an existing non-directory
     }
   }
+  return OkStatus();
+}
+
+Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string& dst) {
+  std::string gpath = GuestPath(StripSlashes(src.path));
+  std::string gparent, dest_dir;
+  transfer::EntryPolicy policy;
+  RETURN_IF_ERROR(ResolveHostDestination(cli, src, dst, &gparent, &dest_dir, &policy));
+  const std::string& gbase = policy.top;
   // The stream is opened here, before ExtractTar changes the working directory (the store root
   // may be a relative path).
   ASSIGN_OR_RETURN(int stream, OpenStream(store, src.name));
@@ -239,7 +255,16 @@ Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string&
   guest.join();
   close(sv[0]);
   close(sv[1]);
-  if (aborted) return copied.error();
+  if (aborted) {
+    // The guest's tar may have failed first (no such path): its words go along (bounded,
+    // terminal-safe), after ours, which stay the answer.
+    if (run.ok() && run->exit.ShellCode() != 0 && !run->err.empty()) {
+      return Error(copied.error().code(),
+                   copied.error().message() + " (the workspace's tar: " + run->err + ")",
+                   copied.error().hint());
+    }
+    return copied.error();
+  }
   if (!run.ok()) {
     return vm::ExplainEndedSession(store, src.name, lifecycle::Action::kExec, run.error());
   }
@@ -248,23 +273,29 @@ Status CopyFromGuest(Cli& cli, Store& store, const Spec& src, const std::string&
   return OkStatus();
 }
 
-Status CopyToGuest(Cli& cli, Store& store, const std::string& src, const Spec& dst) {
-  std::string gpath = GuestPath(StripSlashes(dst.path));
-  // What is at the destination, as dev sees it.
+// What is at `gpath` in the workspace, as dev sees it: "dir", "file" or "absent" (a missing
+// parent is an error).
+Result<std::string> ProbeGuestPath(Store& store, const std::string& name, const std::string& gpath) {
   const char* probe =
       "if [ -d \"$1\" ]; then echo dir; elif [ -e \"$1\" ] || [ -L \"$1\" ]; then echo file; "
       "elif [ -d \"$(dirname \"$1\")\" ]; then echo absent; else echo noparent; fi";
-  ASSIGN_OR_RETURN(GuestRun kind, RunInGuest(store, dst.name, {"sh", "-c", probe, "sh", gpath},
-                                             -1, -1));
+  ASSIGN_OR_RETURN(GuestRun kind, RunInGuest(store, name, {"sh", "-c", probe, "sh", gpath}, -1, -1));
   std::string k = kind.out.substr(0, kind.out.find('\n'));
   if (kind.exit.ShellCode() != 0 || (k != "dir" && k != "file" && k != "absent" && k != "noparent")) {
     return GuestTarFailed(kind, "looking at " + gpath);
   }
-  auto [gparent, gbase] = SplitPath(gpath);
   if (k == "noparent") {
-    return Error(ErrorCode::kNotFound, "no directory " + gparent + " in " + dst.name,
-                 "create it first (`cloister exec " + dst.name + " -- mkdir -p " + gparent + "`)");
+    std::string gparent = SplitPath(gpath).first;
+    return Error(ErrorCode::kNotFound, "no directory " + gparent + " in " + name,
+                 "create it first (`cloister exec " + name + " -- mkdir -p " + gparent + "`)");
   }
+  return k;
+}
+
+Status CopyToGuest(Cli& cli, Store& store, const std::string& src, const Spec& dst) {
+  std::string gpath = GuestPath(StripSlashes(dst.path));
+  ASSIGN_OR_RETURN(std::string k, ProbeGuestPath(store, dst.name, gpath));
+  auto [gparent, gbase] = SplitPath(gpath);
   std::vector<std::string> untar = {"tar", "-C", "", "-x", "-o", "-f", "-"};
   if (src == "-") {
     if (k != "dir") {
@@ -322,7 +353,166 @@ Status CopyToGuest(Cli& cli, Store& store, const std::string& src, const Spec& d
   return OkStatus();
 }
 
+// `_cp-in TOP NAME:PATH` (the remote end of a local -> remote cp): a tar on stdin whose entries
+// all sit under TOP (the local source's name) lands at NAME:PATH by docker's rules, as
+// CopyToGuest would put it. SECURITY: the stream is re-written through FilterTar (one top, the
+// entry policy) before the guest's tar sees it, and renamed there when PATH is not a directory.
+Status CopyTarInToGuest(Cli& cli, Store& store, const std::string& top, const Spec& dst) {
+  RETURN_IF_ERROR(CheckBase(top, top));
+  if (top.find('/') != std::string::npos) {
+    return Error(ErrorCode::kInvalidArgument, "_cp-in: TOP is one name, not a path");
+  }
+  std::string gpath = GuestPath(StripSlashes(dst.path));
+  ASSIGN_OR_RETURN(std::string k, ProbeGuestPath(store, dst.name, gpath));
+  auto [gparent, gbase] = SplitPath(gpath);
+  transfer::EntryPolicy policy;
+  policy.top = top;
+  policy.warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
+  std::vector<std::string> untar = {"tar", "-C", gpath, "-x", "-o", "-f", "-"};
+  if (k != "dir") {
+    RETURN_IF_ERROR(CheckBase(gbase, dst.path));
+    untar[2] = gparent;
+    policy.rename_top = gbase;
+    policy.top_must_be_file = k == "file";  // a directory never replaces a file
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return ErrnoError("socketpair", errno);
+  Result<transfer::TarStats> filtered = Error(ErrorCode::kInternal, "not run");
+  std::thread filter([&] {
+    filtered = transfer::FilterTar(STDIN_FILENO, sv[1], policy);
+    shutdown(sv[1], SHUT_WR);  // the guest's tar sees the end
+  });
+  auto run = RunInGuest(store, dst.name, untar, sv[0], -1);
+  close(sv[0]);
+  filter.join();
+  close(sv[1]);
+  if (!filtered.ok()) return filtered.error();
+  if (!run.ok()) return run.error();
+  if (run->exit.ShellCode() != 0) return GuestTarFailed(*run, "tar -x into " + untar[2]);
+  cli.err() << Summary(*filtered, "to " + dst.name + ":" + gpath);
+  return OkStatus();
+}
+
+// Both ends of a remote copy, on this machine.
+int CopyFromRemote(Cli& cli, const RemoteTarget& t, const std::vector<std::string>& prefix,
+                   const Spec& src, const std::string& dst) {
+  if (dst == "-" && isatty(STDOUT_FILENO)) {
+    return cli.Fail(Error(ErrorCode::kInvalidArgument, "refusing to write a tar stream to a terminal",
+                          "redirect it: cloister cp " + src.name + ":" + src.path + " - > out.tar"));
+  }
+  std::string gparent, dest_dir;
+  transfer::EntryPolicy policy;
+  if (Status st = ResolveHostDestination(cli, src, dst, &gparent, &dest_dir, &policy); !st.ok()) {
+    return cli.Fail(st.error());
+  }
+  // SECURITY: the remote's `cp NAME:PATH -` already filters, but the remote host and its guest
+  // are not trusted here: this side extracts under its own policy, into dest_dir only.
+  std::vector<std::string> args = prefix;
+  args.insert(args.end(), {"cp", src.name + ":" + src.path, "-"});
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return cli.Fail(ErrnoError("socketpair", errno));
+  }
+  int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  auto pid = SpawnRemote(t, args, null_in, sv[1]);
+  if (null_in >= 0) close(null_in);
+  close(sv[1]);
+  if (!pid.ok()) {
+    close(sv[0]);
+    return cli.Fail(pid.error());
+  }
+  Result<transfer::TarStats> copied = dst == "-" ? transfer::FilterTar(sv[0], STDOUT_FILENO, policy)
+                                                 : transfer::ExtractTar(sv[0], dest_dir, policy);
+  if (!copied.ok()) {
+    // A remote that failed (no such path...) ends its stream early and says why on stderr: its
+    // exit code is the answer then. One still sending was refused here: end the connection (not
+    // the workspace), the refusal is the answer.
+    bool ended = false;
+    int status = 0;
+    for (int i = 0; i < 40 && !ended; ++i) {
+      ended = waitpid(*pid, &status, WNOHANG) == *pid;
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // bounded
+    }
+    close(sv[0]);
+    if (ended && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 255) {
+      return WEXITSTATUS(status);
+    }
+    if (!ended) {
+      kill(*pid, SIGTERM);
+      waitpid(*pid, &status, 0);
+    }
+    return cli.Fail(copied.error());
+  }
+  close(sv[0]);
+  int code = WaitRemote(t, *pid);
+  if (code != 0) return code;  // the remote said why on stderr
+  if (dst != "-") cli.err() << Summary(*copied, "to " + dst);
+  return kExitOk;
+}
+
+int CopyToRemote(Cli& cli, const RemoteTarget& t, const std::vector<std::string>& prefix,
+                 const std::string& src, const Spec& dst) {
+  std::string hsrc = StripSlashes(src);
+  struct stat st;
+  if (lstat(hsrc.c_str(), &st) != 0) return cli.Fail(ErrnoError("cannot read " + hsrc, errno));
+  auto [hparent, hbase] = SplitPath(hsrc);
+  if (hbase == "." || hbase == ".." || hbase.empty()) {
+    std::error_code ec;
+    hbase = std::filesystem::canonical(hsrc, ec).filename().string();
+  }
+  if (Status s = CheckBase(hbase, src); !s.ok()) return cli.Fail(s.error());
+  std::vector<std::string> args = prefix;
+  args.insert(args.end(), {"_cp-in", hbase, dst.name + ":" + dst.path});
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return cli.Fail(ErrnoError("socketpair", errno));
+  }
+  auto pid = SpawnRemote(t, args, sv[1], -1);
+  close(sv[1]);
+  if (!pid.ok()) {
+    close(sv[0]);
+    return cli.Fail(pid.error());
+  }
+  auto warn = [&cli](const std::string& w) { cli.err() << "cloister: warning: " << w << "\n"; };
+  auto written = transfer::WriteTar(sv[0], hsrc, hbase, warn);  // MSG_NOSIGNAL: no SIGPIPE
+  shutdown(sv[0], SHUT_WR);  // the remote sees the end
+  int code = WaitRemote(t, *pid);
+  close(sv[0]);
+  if (code != 0) return code;  // the remote said why on stderr (its summary too, on success)
+  if (!written.ok()) return cli.Fail(written.error());
+  return kExitOk;
+}
+
 }  // namespace
+
+int RemoteCopy(const RemoteTarget& t, const std::vector<std::string>& prefix,
+               const std::vector<std::string>& args) {
+  Cli cli(std::cout, std::cerr, std::cin);
+  std::vector<std::string> pos;
+  for (const std::string& a : args) {
+    if (a.size() > 1 && a[0] == '-') {  // --help and the like: the remote's own answer
+      std::vector<std::string> all = prefix;
+      all.push_back("cp");
+      all.insert(all.end(), args.begin(), args.end());
+      return RunRemote(t, all);
+    }
+    pos.push_back(a);
+  }
+  if (pos.size() == 2) {
+    Spec src = ParseSpec(pos[0]), dst = ParseSpec(pos[1]);
+    if (src.remote && !dst.remote && src.path != "-" && !dst.path.empty()) {
+      return CopyFromRemote(cli, t, prefix, src, dst.path);
+    }
+    if (!src.remote && dst.remote && src.path != "-" && !src.path.empty() && dst.path != "-") {
+      return CopyToRemote(cli, t, prefix, src.path, dst);
+    }
+  }
+  // `cp - NAME:DIR < in.tar` and every usage error: the remote's verb as it is.
+  std::vector<std::string> all = prefix;
+  all.push_back("cp");
+  all.insert(all.end(), args.begin(), args.end());
+  return RunRemote(t, all);
+}
 
 void AddCpCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand(
@@ -373,6 +563,26 @@ void AddCpCommand(CLI::App& app, Cli& cli) {
     cli.out() << std::flush;
     Status st = src.remote ? CopyFromGuest(cli, **store, src, dst.path)
                            : CopyToGuest(cli, **store, src.path, dst);
+    if (!st.ok()) return (void)cli.Fail(st.error());
+  });
+
+  auto* in = app.add_subcommand("_cp-in", "The remote end of a cp into a remote workspace (internal)");
+  in->group("");  // hidden: a local cloister runs it over SSH (cli/remote.h)
+  auto in_top = std::make_shared<std::string>();
+  auto in_dst = std::make_shared<std::string>();
+  in->add_option("TOP", *in_top)->required();
+  in->add_option("DST", *in_dst)->required();
+  in->callback([&cli, in_top, in_dst] {
+    Spec dst = ParseSpec(*in_dst);
+    if (!dst.remote || dst.path == "-") {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "_cp-in: DST is NAME:PATH"));
+    }
+    if (isatty(STDIN_FILENO)) {
+      return (void)cli.Fail(Error(ErrorCode::kInvalidArgument, "_cp-in reads a tar stream, not a terminal"));
+    }
+    auto store = Store::Open(cli.StoreRoot());
+    if (!store.ok()) return (void)cli.Fail(store.error());
+    Status st = CopyTarInToGuest(cli, **store, *in_top, dst);
     if (!st.ok()) return (void)cli.Fail(st.error());
   });
 }

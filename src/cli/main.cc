@@ -12,6 +12,6 @@ int main(int argc, char** argv) {
     if (!remote.error().hint().empty()) std::cerr << "Hint: " << remote.error().hint() << "\n";
     return cloister::cli::kExitUsage;
   }
-  if (*remote) return cloister::cli::RunRemote(**remote, rest);
+  if (*remote) return cloister::cli::RunRemoteVerb(**remote, rest);
   return cloister::cli::RunCli(argc, argv, std::cout, std::cerr, std::cin);
 }

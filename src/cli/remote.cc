@@ -1,10 +1,12 @@
 #include "cli/remote.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,7 +16,9 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "base/strings.h"
 #include "cli/version.h"
+#include "sshagent/ide_keys.h"
 
 namespace cloister::cli {
 
@@ -250,6 +254,37 @@ std::vector<std::string> RemoteSshArgv(const RemoteTarget& t, const std::vector<
   return argv;
 }
 
+namespace {
+
+[[noreturn]] void ExecSsh(std::vector<std::string> argv) {
+  signal(SIGINT, SIG_DFL);
+  signal(SIGQUIT, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  execvp(cargv[0], cargv.data());
+  std::cerr << "cloister: error: cannot run ssh: " << std::strerror(errno)
+            << "\nHint: install OpenSSH's client (Debian: openssh-client)\n";
+  _exit(127);
+}
+
+void SayLost(const RemoteTarget& t) {
+  std::cerr << "cloister: error: the SSH connection to " << t.url()
+            << " failed or was lost (ssh exited 255, which is also what a remote command that "
+               "exits 255 gives); what ran on the remote stays as it was\n"
+            << "Hint: check `ssh " << (t.port.empty() ? "" : "-p " + t.port + " ")
+            << (t.user.empty() ? "" : t.user + "@") << t.host
+            << " true`; cloister status there with `cloister --host " << t.url() << " ls`\n";
+}
+
+int ExitCodeOf(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
 int RunRemote(const RemoteTarget& t, const std::vector<std::string>& args) {
   bool tty = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1;
   std::vector<std::string> argv = RemoteSshArgv(t, args, tty);
@@ -257,36 +292,89 @@ int RunRemote(const RemoteTarget& t, const std::vector<std::string>& args) {
   // session); this process only waits and reports.
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
+  std::cout << std::flush;
   pid_t pid = fork();
   if (pid < 0) {
     std::cerr << "cloister: error: cannot start ssh: " << std::strerror(errno) << "\n";
     return 1;
   }
+  if (pid == 0) ExecSsh(argv);
+  return WaitRemote(t, pid);
+}
+
+Result<pid_t> SpawnRemote(const RemoteTarget& t, const std::vector<std::string>& args, int in_fd,
+                          int out_fd) {
+  std::vector<std::string> argv = RemoteSshArgv(t, args, /*tty=*/false);
+  std::cout << std::flush;
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoError("fork", errno);
   if (pid == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGQUIT, SIG_DFL);
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    execvp(cargv[0], cargv.data());
-    std::cerr << "cloister: error: cannot run ssh: " << std::strerror(errno)
-              << "\nHint: install OpenSSH's client (Debian: openssh-client)\n";
-    _exit(127);
+    if (in_fd >= 0 && in_fd != STDIN_FILENO) dup2(in_fd, STDIN_FILENO);
+    if (out_fd >= 0 && out_fd != STDOUT_FILENO) dup2(out_fd, STDOUT_FILENO);
+    // fds above stderr are CLOEXEC in this program (socketpairs, pipes made with O_CLOEXEC).
+    ExecSsh(argv);
   }
+  return pid;
+}
+
+int WaitRemote(const RemoteTarget& t, pid_t pid) {
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 1;
   }
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  int code = WEXITSTATUS(status);
-  if (code == 255) {
-    std::cerr << "cloister: error: the SSH connection to " << t.url()
-              << " failed or was lost (ssh exited 255, which is also what a remote command that "
-                 "exits 255 gives); what ran on the remote stays as it was\n"
-              << "Hint: check `ssh " << (t.port.empty() ? "" : "-p " + t.port + " ")
-              << (t.user.empty() ? "" : t.user + "@") << t.host
-              << " true`; cloister status there with `cloister --host " << t.url() << " ls`\n";
-  }
+  int code = ExitCodeOf(status);
+  if (WIFEXITED(status) && code == 255) SayLost(t);
   return code;
+}
+
+Result<std::string> RemoteOutput(const RemoteTarget& t, const std::vector<std::string>& args,
+                                 int* exit_code) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  auto pid = SpawnRemote(t, args, null_in, fds[1]);
+  close(fds[1]);
+  if (null_in >= 0) close(null_in);
+  if (!pid.ok()) {
+    close(fds[0]);
+    return pid.error();
+  }
+  std::string out;
+  char buf[8192];
+  while (true) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    // SECURITY: what a remote prints is bounded here (it is JSON for this side to parse).
+    if (out.size() < (16u << 20)) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  *exit_code = WaitRemote(t, *pid);
+  return out;
+}
+
+Result<std::string> CheckRemotePinLine(const std::string& name, const std::string& text) {
+  if (text.size() > 512) return Error(ErrorCode::kCorrupt, "the remote's host key pin is too long");
+  std::string line = Trim(text);
+  std::vector<std::string> words = Split(line, ' ');
+  bool ok = words.size() == 3 && words[0] == name + sshagent::kSshHostSuffix &&
+            words[1] == "ssh-ed25519" && !words[2].empty() && words[2].size() < 200;
+  for (char c : ok ? words[2] : std::string()) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') ok = false;
+  }
+  if (!ok) {
+    return Error(ErrorCode::kCorrupt, "the remote's host key pin for " + name + " is not one ed25519 key",
+                 "run `cloister ssh-config " + name + "` on the remote host and check its output");
+  }
+  return line;
+}
+
+std::string TargetId(const RemoteTarget& t) {
+  std::string id = (t.user.empty() ? "" : t.user + "@") + t.host + (t.port.empty() ? "" : "_" + t.port);
+  for (char& c : id) {
+    if (c == ':' || c == '/') c = '_';
+  }
+  return id;
 }
 
 Status CheckRemoteClient(const std::string& protocol, const std::string& version) {

@@ -19,6 +19,8 @@
 // own failure (255) is reported as a lost or failed connection.
 #pragma once
 
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,5 +69,34 @@ int RunRemote(const RemoteTarget& target, const std::vector<std::string>& args);
 
 // The remote side's check of a client: OK or the refusal naming both versions.
 Status CheckRemoteClient(const std::string& protocol, const std::string& version);
+
+// What main() runs for a remote: the verbs that need a local end (cp, port, -p, ssh-config,
+// stop/rm's tunnels; below) get it, every other verb is RunRemote. `args` as SelectRemote left it.
+int RunRemoteVerb(const RemoteTarget& target, const std::vector<std::string>& args);
+
+// Starts ssh for `args` on `target` (never a pty) with `in_fd`/`out_fd` as its stdin/stdout (-1:
+// this process's) and this process's stderr; returns its pid.
+Result<pid_t> SpawnRemote(const RemoteTarget& target, const std::vector<std::string>& args,
+                          int in_fd, int out_fd);
+// Waits for a SpawnRemote child: its exit code (128+signal), a lost connection (255) said on stderr.
+int WaitRemote(const RemoteTarget& target, pid_t pid);
+// Runs `args` on the remote (no pty) with stdout captured and stderr passed through.
+Result<std::string> RemoteOutput(const RemoteTarget& target, const std::vector<std::string>& args,
+                                 int* exit_code);
+
+// `cp` against a remote (cmd_cp.cc): `prefix` are the global options before the verb, `args` what
+// follows it. Remote -> local: the remote's `cp NAME:PATH -` tar stream on ssh's stdout, extracted
+// here under transfer/'s entry policy (SECURITY: the remote and its guest are hostile). Local ->
+// remote: a tar written here into ssh's stdin, for the remote's hidden `_cp-in TOP NAME:PATH`.
+int RemoteCopy(const RemoteTarget& target, const std::vector<std::string>& prefix,
+               const std::vector<std::string>& args);
+
+// SECURITY: a host key pin line from a remote's `_ssh-material`, for a known_hosts file here: it
+// must be exactly "NAME.cloister ssh-ed25519 BASE64" (one line; no marker such as @cert-authority,
+// no pattern, no second host). Returns the trimmed line, or kCorrupt. Fuzzed (remote_pin).
+Result<std::string> CheckRemotePinLine(const std::string& name, const std::string& text);
+
+// A short file-name-safe id of a target ("root@127.0.0.1_2222").
+std::string TargetId(const RemoteTarget& target);
 
 }  // namespace cloister::cli

@@ -8,13 +8,18 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +29,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "cli/remote_testing.h"
 #include "cli/testing.h"
 #include "cli/version.h"
 
@@ -80,84 +86,25 @@ TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {
   EXPECT_FALSE(CheckRemoteClient("999", kCloisterVersion).ok());
 }
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string ReadText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteText(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+using testing::ReadText;
+using testing::WriteText;
 
 class RemoteTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ProgramExists("/usr/sbin/sshd") || geteuid() != 0) {
+    if (!testing::LoopbackSshd::Available()) {
       GTEST_SKIP() << "needs openssh-server and root (sshd privilege separation)";
     }
-    char tmpl[] = "/tmp/cloister-remote.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     remote_store_ = std::make_unique<testing::TempStore>("remote");
     exe_ = std::string(getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
     ASSERT_TRUE(fs::exists(exe_)) << exe_;
-    fs::create_directories("/run/sshd");
-    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "hostkey").string()})->exit_code, 0);
-    ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "id").string()})->exit_code, 0);
-    WriteText(dir_ / "authorized_keys", ReadText(dir_ / "id.pub"));
-    for (int attempt = 0; attempt < 3 && sshd_pid_ <= 0; ++attempt) {
-      port_ = FreeLoopbackPort();
-      std::ostringstream cfg;
-      cfg << "ListenAddress 127.0.0.1:" << port_ << "\n"
-          << "HostKey " << (dir_ / "hostkey").string() << "\n"
-          << "PidFile " << (dir_ / "sshd.pid").string() << "\n"
-          << "AuthorizedKeysFile " << (dir_ / "authorized_keys").string() << "\n"
-          << "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-          << "PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
-          // The remote's own store; the remote knows nothing of the local one.
-          << "SetEnv CLOISTER_HOME=" << remote_store_->root()
-          << " PATH=" << fs::path(exe_).parent_path().string() << ":/usr/sbin:/usr/bin:/sbin:/bin\n";
-      WriteText(dir_ / "sshd_config", cfg.str());
-      auto d = RunProcess({"/usr/sbin/sshd", "-f", (dir_ / "sshd_config").string(), "-E", (dir_ / "sshd.log").string()});
-      if (!d.ok() || d->exit_code != 0) continue;
-      for (int i = 0; i < 500 && sshd_pid_ <= 0; ++i) {
-        std::string pid = Trim(ReadText(dir_ / "sshd.pid"));
-        if (!pid.empty()) sshd_pid_ = std::stoi(pid);
-        else std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file, bounded
-      }
-    }
-    ASSERT_GT(sshd_pid_, 0) << ReadText(dir_ / "sshd.log");
-    WriteText(dir_ / "known_hosts", "[127.0.0.1]:" + std::to_string(port_) + " " + ReadText(dir_ / "hostkey.pub"));
-    // The user's ssh config, as a user would have it (here a file of its own).
-    WriteText(dir_ / "ssh_config", "Host *\n  IdentityFile " + (dir_ / "id").string() +
-                                       "\n  IdentitiesOnly yes\n  IdentityAgent none\n  BatchMode yes\n"
-                                       "  UserKnownHostsFile " + (dir_ / "known_hosts").string() +
-                                       "\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n");
+    Status st = sshd_.Start(remote_store_->root(), exe_);
+    ASSERT_TRUE(st.ok()) << st.error().ToString();
+    dir_ = sshd_.dir();
+    port_ = sshd_.port();
+    sshd_pid_ = sshd_.pid();
     local_store_ = std::make_unique<testing::TempStore>("local");
-    url_ = "ssh://root@127.0.0.1:" + std::to_string(port_);
-  }
-  void TearDown() override {
-    if (sshd_pid_ > 0) {
-      kill(sshd_pid_, SIGTERM);
-      // sshd removes its pid file as it exits: wait for it (bounded) before removing the dir.
-      for (int i = 0; i < 250 && kill(sshd_pid_, 0) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
+    url_ = sshd_.url();
   }
 
   RunOptions Env(const std::string& input = "") const {
@@ -165,7 +112,8 @@ class RemoteTest : public ::testing::Test {
     ro.stdin_data = input;
     ro.env_set = {{"CLOISTER_SSH_COMMAND", "ssh -F " + (dir_ / "ssh_config").string()},
                   {"XDG_CONFIG_HOME", (dir_ / "config").string()},
-                  {"CLOISTER_HOME", local_store_->root()}};
+                  {"CLOISTER_HOME", local_store_->root()},
+                  {"XDG_RUNTIME_DIR", (dir_ / "run").string()}};
     ro.env_unset = {"CLOISTER_HOST", "CLOISTER_CONTEXT"};
     ro.timeout = std::chrono::seconds(120);
     return ro;
@@ -177,6 +125,7 @@ class RemoteTest : public ::testing::Test {
     return r.ok() ? *r : RunOutput{};
   }
 
+  testing::LoopbackSshd sshd_;
   fs::path dir_;
   std::string exe_, url_;
   int port_ = -1;
@@ -360,6 +309,241 @@ TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
   RunOutput ls = Cloister({"--host", url_, "ls", "--json"});
   EXPECT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_NE(ls.out.find("far"), std::string::npos);
+}
+
+// -p on create/run names this machine's ports; against a remote it would publish on the remote's
+// loopback instead: refused before anything runs there, with the way that publishes here.
+TEST_F(RemoteTest, PublishFlagsOfCreateAreRefusedAgainstARemote) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"-p", "8080:80"}, {"-p8080:80"}, {"--publish=8080:80"},
+                                             {"--publish", "8080:80"}, {"--auto-ports"}}) {
+    std::vector<std::string> args = {"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    RunOutput r = Cloister(args);
+    EXPECT_EQ(r.exit_code, kExitUsage) << flags[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("port NAME add"), std::string::npos) << r.err;
+  }
+  // Without them the verb reaches the remote (which answers for its own reasons).
+  RunOutput plain = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"});
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_EQ(plain.err.find("port NAME add"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.err.find("nonexistent"), std::string::npos) << plain.err;
+}
+
+// A destructive verb's confirmation is asked on the local terminal (ssh -t: the remote verb's
+// prompt on the remote pty, shown and answered here): "n" keeps the workspace, "y" deletes it.
+TEST_F(RemoteTest, ConfirmationsAreAskedOnTheLocalTerminal) {
+  ASSERT_EQ(remote_store_->CreateWorkspace("far"), "");
+  RunOptions ro = Env();
+  for (const char* answer : {"n", "y"}) {
+    int master = -1;
+    winsize ws{24, 80, 0, 0};
+    pid_t child = forkpty(&master, nullptr, nullptr, &ws);
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (const auto& [k, v] : ro.env_set) setenv(k.c_str(), v.c_str(), 1);
+      unsetenv("CLOISTER_HOST");
+      unsetenv("CLOISTER_CONTEXT");
+      execl(exe_.c_str(), exe_.c_str(), "--host", url_.c_str(), "rm", "far", nullptr);
+      _exit(127);
+    }
+    std::string screen;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (screen.find("[y/N]") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) continue;
+      char buf[1024];
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_NE(screen.find("Delete workspace 'far'"), std::string::npos) << screen;
+    std::string line = std::string(answer) + "\r";
+    ASSERT_EQ(write(master, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    // Read to the end (the pty's EOF/EIO) so the child is never blocked on a full terminal.
+    char buf[1024];
+    while (true) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0) break;
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      screen.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(master);
+    bool kept = fs::exists(fs::path(remote_store_->root()) / "workspaces" / "far");
+    if (std::string(answer) == "n") {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << screen;
+      EXPECT_TRUE(kept) << screen;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << screen;
+      EXPECT_FALSE(kept) << screen;
+    }
+  }
+}
+
+// port add through a remote checks this machine's port first: a taken one is refused naming it,
+// before anything is asked of the remote, and no tunnel is recorded.
+TEST_F(RemoteTest, PortAddRefusesATakenLocalPort) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string taken = std::to_string(ntohs(a.sin_port));
+  RunOutput r = Cloister({"--host", url_, "port", "ws", "add", "127.0.0.1:" + taken + ":80"});
+  close(fd);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("port " + taken + " on 127.0.0.1 is taken on this machine"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("no workspace named"), std::string::npos) << "the remote was asked: " << r.err;
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(dir_ / "run" / "cloister" / "tunnels", ec) || ec) << "a tunnel was recorded";
+}
+
+// A tunnel file names a pid: it is signalled only while that pid is still the ssh that was
+// started (its start time matches), never a process that reused the number.
+TEST_F(RemoteTest, PortRmNeverSignalsAReusedPid) {
+  pid_t victim = fork();
+  if (victim == 0) {
+    execlp("sleep", "sleep", "600", nullptr);
+    _exit(127);
+  }
+  ASSERT_GT(victim, 0);
+  fs::path tunnels = dir_ / "run" / "cloister" / "tunnels";
+  fs::create_directories(tunnels);
+  chmod((dir_ / "run" / "cloister").c_str(), 0700);
+  chmod(tunnels.c_str(), 0700);
+  std::string file = (tunnels / ("root@127.0.0.1_" + std::to_string(port_) + ".ws.5555.json")).string();
+  WriteText(file, nlohmann::json{{"url", url_}, {"name", "ws"}, {"local_ip", "127.0.0.1"},
+                                 {"local_port", 5555}, {"remote_port", 6666}, {"guest_port", 80},
+                                 {"pid", victim}, {"start", "1"}}.dump());
+  RunOutput r = Cloister({"--host", url_, "port", "ws", "rm", "5555"});
+  EXPECT_NE(r.exit_code, 0);  // the remote has no workspace ws: its own answer
+  EXPECT_FALSE(fs::exists(file));  // the stale file is gone
+  int status = 0;
+  EXPECT_EQ(waitpid(victim, &status, WNOHANG), 0) << "the reused pid was signalled";
+  kill(victim, SIGKILL);
+  waitpid(victim, &status, 0);
+}
+
+// A ustar archive of `entries` (name, type '0' file / '2' symlink / '5' dir, link or content).
+struct TarEntry {
+  std::string name;
+  char type;
+  std::string data;  // a file's content, a symlink's target
+};
+std::string UstarOf(const std::vector<TarEntry>& entries) {
+  std::string out;
+  for (const TarEntry& e : entries) {
+    char h[512] = {};
+    std::snprintf(h, 100, "%s", e.name.c_str());
+    std::snprintf(h + 100, 8, "%07o", e.type == '5' ? 0755 : 0644);
+    std::snprintf(h + 108, 8, "%07o", 0);
+    std::snprintf(h + 116, 8, "%07o", 0);
+    std::snprintf(h + 124, 12, "%011o", e.type == '0' ? static_cast<unsigned>(e.data.size()) : 0u);
+    std::snprintf(h + 136, 12, "%011o", 1700000000u);
+    std::memset(h + 148, ' ', 8);
+    h[156] = e.type;
+    if (e.type == '2') std::snprintf(h + 157, 100, "%s", e.data.c_str());
+    std::memcpy(h + 257, "ustar", 6);
+    std::memcpy(h + 263, "00", 2);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h + 148, 8, "%06o", sum);
+    out.append(h, 512);
+    if (e.type == '0') {
+      out += e.data;
+      out.append((512 - e.data.size() % 512) % 512, '\0');
+    }
+  }
+  out.append(1024, '\0');
+  return out;
+}
+
+// A hostile remote: its "cloister" answers every verb with a prepared file on stdout (a tar for
+// cp, JSON for ssh-config's material), whatever the real one would do. The local side's own
+// checks are all that stands between it and this machine's files.
+class HostileRemoteTest : public RemoteTest {
+ protected:
+  void SetUp() override {
+    RemoteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    fake_ = dir_ / "fake-cloister";
+    WriteText(fake_, "#!/bin/sh\ncat " + (dir_ / "answer").string() + "\n");
+    chmod(fake_.c_str(), 0755);
+    ASSERT_EQ(Cloister({"context", "add", "evil", url_, "--cloister", fake_.string()}).exit_code, 0);
+  }
+  fs::path fake_;
+};
+
+// SECURITY: remote -> local cp holds the remote's tar to transfer/'s entry policy on this side:
+// no entry lands outside the destination (.., absolute, through a symlink, another top).
+TEST_F(HostileRemoteTest, CpFromAHostileRemoteWritesNothingOutsideTheDestination) {
+  fs::path dest = dir_ / "dest", outside = dir_ / "outside";
+  fs::create_directories(dest);
+  fs::create_directories(outside);
+  const std::vector<std::vector<TarEntry>> attacks = {
+      {{"proj/", '5', ""}, {"proj/../../escaped", '0', "dotdot"}},
+      {{"proj/", '5', ""}, {(outside / "escaped").string(), '0', "absolute"}},
+      {{"proj/", '5', ""}, {"proj/link", '2', outside.string()}, {"proj/link/escaped", '0', "via link"}},
+      {{"proj/", '5', ""}, {"other/escaped", '0', "other top"}},
+      {{"proj/", '5', ""}, {"proj/up", '2', "../.."}, {"proj/up/escaped", '0', "via relative link"}},
+  };
+  int refused = 0;
+  for (size_t i = 0; i < attacks.size(); ++i) {
+    WriteText(dir_ / "answer", UstarOf(attacks[i]));
+    RunOutput r = Cloister({"--context", "evil", "cp", "ws:/home/dev/proj", dest.string()});
+    if (r.exit_code != 0) ++refused;
+    EXPECT_NE(r.exit_code, 0) << "attack " << i << ": " << r.err;
+    for (const fs::path& p : {dir_ / "escaped", outside / "escaped", dir_.parent_path() / "escaped",
+                              dest / "escaped", dest / "other"}) {
+      EXPECT_FALSE(fs::exists(fs::symlink_status(p))) << "attack " << i << " wrote " << p;
+    }
+  }
+  EXPECT_EQ(refused, static_cast<int>(attacks.size()));
+  // The same stream without the attack is copied (the refusals above were the policy's).
+  WriteText(dir_ / "answer", UstarOf({{"proj/", '5', ""}, {"proj/a.txt", '0', "fine"}}));
+  RunOutput ok = Cloister({"--context", "evil", "cp", "ws:/home/dev/proj", dest.string()});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ReadText(dest / "proj" / "a.txt"), "fine");
+}
+
+// SECURITY: ssh-config writes the remote's host key pin into a known_hosts file here: only one
+// "NAME.cloister ssh-ed25519 KEY" line, never a marker or pattern that would trust other hosts.
+TEST_F(HostileRemoteTest, SshConfigRefusesAHostilePinAndWritesNone) {
+  ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "idekey").string()})->exit_code, 0);
+  std::string key = ReadText(dir_ / "idekey");
+  std::string pub = Trim(ReadText(dir_ / "idekey.pub"));
+  std::string blob = Split(pub, ' ')[1];
+  auto material = [&](const std::string& pin) {
+    return nlohmann::json{{"identity", key},
+                          {"workspaces", {{{"name", "ws"}, {"known_hosts", pin}}}}}.dump();
+  };
+  fs::path pin_file = dir_ / "config" / "cloister" / "remotes";
+  for (const std::string& bad : {"@cert-authority * ssh-ed25519 " + blob, "* ssh-ed25519 " + blob,
+                                 "ws.cloister ssh-ed25519 " + blob + "\nevil.example ssh-ed25519 " + blob,
+                                 "ws.cloister,github.com ssh-ed25519 " + blob}) {
+    WriteText(dir_ / "answer", material(bad));
+    RunOutput r = Cloister({"--context", "evil", "ssh-config", "ws"});
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_EQ(r.out.find("Host ws.cloister"), std::string::npos) << r.out;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(pin_file, ec)) {
+      EXPECT_NE(e.path().extension(), ".known_hosts") << "a pin was written: " << e.path();
+      EXPECT_NE(e.path().filename(), "ssh-client") << "a key was written: " << e.path();
+    }
+  }
+  // The well-formed answer gives a block whose ProxyCommand goes through the remote host.
+  WriteText(dir_ / "answer", material("ws.cloister ssh-ed25519 " + blob));
+  RunOutput good = Cloister({"--context", "evil", "ssh-config", "ws"});
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.out.find("Host ws.cloister"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("_ssh-stdio"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("127.0.0.1"), std::string::npos) << good.out;
 }
 
 }  // namespace

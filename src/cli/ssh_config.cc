@@ -66,9 +66,17 @@ Result<std::vector<std::pair<std::string, std::string>>> SshHostOptions(const Ss
   RETURN_IF_ERROR(CheckWritable("the store root", s.store_root));
   RETURN_IF_ERROR(CheckWritable("the client key path", s.identity));
   RETURN_IF_ERROR(CheckWritable("the known_hosts path", s.known_hosts));
-  std::string proxy = ShellWord(s.cloister);
-  if (!s.store_root.empty()) proxy += " --store " + ShellWord(s.store_root);
-  proxy += " _ssh-stdio " + ShellWord(s.name);
+  std::string proxy;
+  if (!s.proxy_argv.empty()) {
+    for (const std::string& w : s.proxy_argv) {
+      RETURN_IF_ERROR(CheckWritable("the ProxyCommand word", w));
+      proxy += (proxy.empty() ? "" : " ") + ShellWord(w);
+    }
+  } else {
+    proxy = ShellWord(s.cloister);
+    if (!s.store_root.empty()) proxy += " --store " + ShellWord(s.store_root);
+    proxy += " _ssh-stdio " + ShellWord(s.name);
+  }
   std::string host = s.name + sshagent::kSshHostSuffix;
   return std::vector<std::pair<std::string, std::string>>{
       {"User", protocol::kGuestUser},

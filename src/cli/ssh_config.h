@@ -19,6 +19,8 @@ struct SshHostSpec {
   std::string store_root;    // "" = the default store (no --store in the ProxyCommand)
   std::string identity;      // <store>/keys/ssh-client
   std::string known_hosts;   // <store>/workspaces/NAME/ssh/known_hosts (the pin)
+  // Non-empty: the ProxyCommand is these words instead (a remote host's ssh, cli/remote.h).
+  std::vector<std::string> proxy_argv;
 };
 
 // The block's options in order, as (keyword, value) with values already quoted for ssh_config

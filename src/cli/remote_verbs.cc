@@ -1,0 +1,584 @@
+// The verbs that need a local end when they run against a remote (cli/remote.h RunRemoteVerb):
+//   cp          -> cmd_cp.cc RemoteCopy (a tar stream over the ssh channel)
+//   port add    -> the remote publishes on ITS loopback (127.0.0.1:0:GUEST, a free port there);
+//                  this machine starts `ssh -N -L LOCAL_IP:LOCAL_PORT:127.0.0.1:REMOTE_PORT HOST`
+//                  and tracks it in a tunnel file (below); `port rm`, `stop` and `rm` end it
+//   port ls     -> the remote's list with each tunnel's local end beside it
+//   ssh-config  -> a block whose ProxyCommand is ssh to the remote running `_ssh-stdio NAME`
+//                  there, with the remote workspace's host key pinned in a local file
+// Everything else is RunRemote as it is.
+//
+// Tunnel files: $XDG_RUNTIME_DIR/cloister/tunnels (else /tmp/cloister-UID/tunnels; 0700, ours)
+// /TARGET.NAME.LOCAL_PORT.json = {"url","name","local_ip","local_port","remote_port",
+// "guest_port","pid","start"}: `start` is the ssh process's start time (/proc/PID/stat field 22),
+// so a reused pid is never signalled. A tunnel lives until `port rm`, `stop`/`rm` of its
+// workspace through this machine, its ssh connection dropping, or this user's logout (the runtime
+// directory goes); the remote's forward lives until the remote workspace stops or `port rm`.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/file_util.h"
+#include "base/strings.h"
+#include "cli/cli.h"
+#include "cli/remote.h"
+#include "cli/ssh_config.h"
+#include "sshagent/ide_keys.h"
+#include "supervisor/control.h"
+#include "supervisor/ports.h"
+
+namespace cloister::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+int Fail(const Error& e) {
+  Cli cli(std::cout, std::cerr, std::cin);
+  return cli.Fail(e);
+}
+
+// Workspace names as they appear in file names here (the remote's are checked there too).
+bool SafeName(const std::string& n) {
+  if (n.empty() || n.size() > 64 || n[0] == '.' || n[0] == '-') return false;
+  for (char c : n) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Result<std::string> TunnelDir() {
+  std::string base;
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) {
+    base = std::string(x) + "/cloister";
+  } else {
+    base = "/tmp/cloister-" + std::to_string(getuid());
+  }
+  std::string dir = base + "/tunnels";
+  for (const std::string& d : {base, dir}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + d, errno);
+    struct stat st;
+    // SECURITY: /tmp is shared: a directory made by another user is not ours to trust.
+    if (lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+        (st.st_mode & 077) != 0) {
+      return Error(ErrorCode::kFailedPrecondition, d + " is not a private directory of this user",
+                   "remove it, or set XDG_RUNTIME_DIR to a directory of your own");
+    }
+  }
+  return dir;
+}
+
+// Field 22 of /proc/PID/stat (the process's start time), "" when it is gone.
+std::string StartTime(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream ss(stat.substr(close + 2));
+  std::string state, f;
+  ss >> state;
+  if (state == "Z") return "";  // exited, not reaped yet: not running
+  for (int i = 4; i <= 22 && (ss >> f); ++i) {
+  }
+  return f;
+}
+
+struct Tunnel {
+  std::string file;
+  json doc;
+  bool alive() const {
+    pid_t pid = doc.value("pid", 0);
+    return pid > 0 && StartTime(pid) == doc.value("start", std::string("-"));
+  }
+};
+
+std::vector<Tunnel> Tunnels(const RemoteTarget& t, const std::string& name) {
+  std::vector<Tunnel> out;
+  auto dir = TunnelDir();
+  if (!dir.ok()) return out;
+  std::string prefix = TargetId(t) + "." + name + ".";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(*dir, ec)) {
+    std::string f = e.path().filename().string();
+    if (f.rfind(prefix, 0) != 0 || e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json doc = json::parse(text, nullptr, false);
+    if (!doc.is_object() || doc.value("url", "") != t.url() || doc.value("name", "") != name) continue;
+    out.push_back({e.path().string(), doc});
+  }
+  return out;
+}
+
+void EndTunnel(const Tunnel& tun) {
+  if (tun.alive()) {
+    pid_t pid = tun.doc.value("pid", 0);
+    kill(pid, SIGTERM);
+    // ssh is the child of an earlier cloister: it cannot be waited for here; wait for it to go.
+    for (int i = 0; i < 50 && tun.alive(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // bounded
+    }
+  }
+  unlink(tun.file.c_str());
+  std::string log = tun.file.substr(0, tun.file.size() - 5) + ".log";  // ".json" -> ".log"
+  unlink(log.c_str());
+}
+
+// Whether something listens on ip:port (a connect test would open a stream to the guest).
+bool Listening(const std::string& ip, int port) {
+  int fd = socket(ip.find(':') != std::string::npos ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  bool taken;
+  if (ip.find(':') != std::string::npos) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, ip.c_str(), &a.sin6_addr);
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    taken = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == EADDRINUSE;
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    taken = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == EADDRINUSE;
+  }
+  close(fd);
+  return taken;
+}
+
+// Whether process `pid` holds a listening TCP socket on `port` (/proc/net/tcp{,6} LISTEN rows
+// whose inode is one of the process's fds): the tunnel's own ssh, not whoever else took the port.
+bool PidListensOn(pid_t pid, int port) {
+  std::set<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ss(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      if (!(ss >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+      size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;
+      if (std::strtol(local.substr(colon + 1).c_str(), nullptr, 16) == port) inodes.insert(inode);
+    }
+  }
+  if (inodes.empty()) return false;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::string target = fs::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0 && inodes.count(target.substr(8, target.size() - 9))) return true;
+  }
+  return false;
+}
+
+int FreePort(const std::string& ip) {
+  bool v6 = ip.find(':') != std::string::npos;
+  int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int port = -1;
+  if (v6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, ip.c_str(), &a.sin6_addr);
+    socklen_t len = sizeof a;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin6_port);
+    }
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    socklen_t len = sizeof a;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+  }
+  close(fd);
+  return port;
+}
+
+std::vector<std::string> With(std::vector<std::string> prefix, std::initializer_list<std::string> more) {
+  prefix.insert(prefix.end(), more);
+  return prefix;
+}
+
+// The remote's JSON answer to `args` (its stderr shown here); a failure keeps its exit code.
+Result<json> RemoteJson(const RemoteTarget& t, const std::vector<std::string>& args, int* code) {
+  ASSIGN_OR_RETURN(std::string out, RemoteOutput(t, args, code));
+  if (*code != 0) return Error(ErrorCode::kFailedPrecondition, "");
+  // SECURITY: the remote's answer is parsed, bounded (RemoteOutput) and checked field by field.
+  json doc = json::parse(out, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    *code = kExitError;
+    return Error(ErrorCode::kCorrupt, "the remote's answer to `" + args.back() + "` is not JSON",
+                 "check that both machines run the same cloister (`cloister version`)");
+  }
+  return doc;
+}
+
+// Starts the local end of one forward; the remote's forward is already up on REMOTE_PORT.
+Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const std::string& ip,
+                           int local_port, int remote_port, int guest_port) {
+  ASSIGN_OR_RETURN(std::string dir, TunnelDir());
+  std::string bind_ip = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
+  std::vector<std::string> argv = SshCommand();
+  argv.insert(argv.end(), {"-N", "-T", "-o", "ExitOnForwardFailure=yes", "-o", "ForwardAgent=no",
+                           "-o", "ForwardX11=no", "-o", "ServerAliveInterval=30", "-L",
+                           bind_ip + ":" + std::to_string(local_port) + ":127.0.0.1:" +
+                               std::to_string(remote_port)});
+  if (!t.port.empty()) argv.insert(argv.end(), {"-p", t.port});
+  if (!t.user.empty()) argv.insert(argv.end(), {"-l", t.user});
+  argv.insert(argv.end(), {"--", t.host});
+  // ssh's messages go to a log beside the tunnel file: its stderr must not be ours, or whoever
+  // reads our stderr to its end (a script, a pipe) would wait for the tunnel to end too.
+  std::string log = dir + "/" + TargetId(t) + "." + name + "." + std::to_string(local_port) + ".log";
+  int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (log_fd < 0) return ErrnoError("open " + log, errno);
+  auto say_log = [&] {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > 4096) text.resize(4096);
+    if (!text.empty()) std::cerr << text << (text.back() == '\n' ? "" : "\n");
+    unlink(log.c_str());
+  };
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return ErrnoError("fork", errno);
+  }
+  if (pid == 0) {
+    setsid();  // outlives this cloister, never gets the terminal's signals
+    int null_fd = open("/dev/null", O_RDWR);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(null_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  // Up when ssh listens on the local port (bounded: 60 s); ssh exiting first is a failure.
+  for (int i = 0; i < 600; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      close(log_fd);
+      say_log();
+      return Error(ErrorCode::kUnavailable,
+                   "the tunnel for " + bind_ip + ":" + std::to_string(local_port) + " failed (ssh exited " +
+                       std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) + ")",
+                   "is the local port free? see ssh's message above");
+    }
+    if (PidListensOn(pid, local_port)) {
+      close(log_fd);
+      json doc = {{"url", t.url()},           {"name", name},
+                  {"local_ip", ip},           {"local_port", local_port},
+                  {"remote_port", remote_port}, {"guest_port", guest_port},
+                  {"pid", pid},               {"start", StartTime(pid)}};
+      std::string file = dir + "/" + TargetId(t) + "." + name + "." + std::to_string(local_port) + ".json";
+      if (Status st = WriteFileAtomic(file, doc.dump() + "\n", 0600); !st.ok()) {
+        kill(pid, SIGTERM);
+        return st.error();
+      }
+      return Tunnel{file, doc};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // bounded poll of a listener
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+  close(log_fd);
+  say_log();
+  return Error(ErrorCode::kUnavailable, "the tunnel's ssh did not listen within 60 s",
+               "check `ssh " + t.host + " true`");
+}
+
+// `port NAME add SPEC...` against a remote.
+int PortAdd(const RemoteTarget& t, const std::vector<std::string>& prefix, const std::string& name,
+            const std::vector<std::string>& specs, bool as_json) {
+  json added = json::array();
+  for (const std::string& text : specs) {
+    auto spec = vm::ParsePortSpec(text);
+    if (!spec.ok()) return Fail(spec.error());
+    if (!vm::IsLoopbackAddress(spec->host_ip)) {
+      std::cerr << "cloister: warning: " << spec->ToString()
+                << " listens beyond loopback on this machine: every host that reaches "
+                << spec->host_ip << " can connect to the guest's port " << spec->guest_port << "\n";
+    }
+    int local_port = spec->host_port ? spec->host_port : FreePort(spec->host_ip);
+    if (local_port <= 0 || Listening(spec->host_ip, local_port)) {
+      return Fail(Error(ErrorCode::kAlreadyExists,
+                        "port " + std::to_string(local_port) + " on " + spec->host_ip +
+                            " is taken on this machine",
+                        "pick another (HOST_PORT 0 picks a free one)"));
+    }
+    // The remote's forward: on its own loopback, any free port there.
+    int code = 0;
+    auto reply = RemoteJson(t, With(prefix, {"port", name, "add",
+                                             "127.0.0.1:0:" + std::to_string(spec->guest_port), "--json"}),
+                            &code);
+    if (!reply.ok()) return code ? code : Fail(reply.error());
+    const json& a = (*reply)["added"];
+    if (!a.is_array() || a.size() != 1 || !a[0].is_object() || !a[0].value("host_port", json()).is_number_unsigned()) {
+      return Fail(Error(ErrorCode::kCorrupt, "the remote's port add answer names no port",
+                        "check that both machines run the same cloister"));
+    }
+    int remote_port = a[0]["host_port"].get<int>();
+    auto tun = StartTunnel(t, name, spec->host_ip, local_port, remote_port, spec->guest_port);
+    if (!tun.ok()) {
+      int ignored = 0;
+      (void)RemoteOutput(t, With(prefix, {"port", name, "rm", std::to_string(remote_port)}), &ignored);
+      return Fail(tun.error());
+    }
+    added.push_back(tun->doc);
+    if (!as_json) {
+      std::string ip = spec->host_ip.find(':') != std::string::npos ? "[" + spec->host_ip + "]" : spec->host_ip;
+      std::cerr << "cloister: " << name << ": published " << ip << ":" << local_port
+                << " on this machine -> 127.0.0.1:" << remote_port << " on " << t.url() << " -> guest port "
+                << spec->guest_port << " (until `port rm`, the workspace stops, or the connection drops)\n";
+    }
+  }
+  if (as_json) std::cout << json{{"name", name}, {"added", added}}.dump(2) << "\n";
+  return kExitOk;
+}
+
+int PortRm(const RemoteTarget& t, const std::vector<std::string>& prefix, const std::string& name,
+           const std::vector<std::string>& targets) {
+  std::vector<Tunnel> tunnels = Tunnels(t, name);
+  for (const std::string& text : targets) {
+    int port = -1;
+    if (!text.empty() && text.size() <= 5 && text.find_first_not_of("0123456789") == std::string::npos) {
+      port = std::stoi(text);
+    } else if (auto spec = vm::ParsePortSpec(text); spec.ok()) {
+      port = spec->host_port;
+    }
+    const Tunnel* found = nullptr;
+    for (const Tunnel& tun : tunnels) {
+      if (tun.doc.value("local_port", -1) == port) found = &tun;
+    }
+    std::string remote_target = text;
+    if (found) {
+      EndTunnel(*found);
+      remote_target = std::to_string(found->doc.value("remote_port", 0));
+    }
+    int code = RunRemote(t, With(prefix, {"port", name, "rm", remote_target}));
+    if (code != 0) return code;
+  }
+  return kExitOk;
+}
+
+int PortLs(const RemoteTarget& t, const std::vector<std::string>& prefix, const std::string& name,
+           bool as_json) {
+  int code = 0;
+  auto reply = RemoteJson(t, With(prefix, {"port", name, "ls", "--json"}), &code);
+  if (!reply.ok()) return code ? code : Fail(reply.error());
+  json local = json::array();
+  std::map<int, json> by_remote;
+  for (const Tunnel& tun : Tunnels(t, name)) {
+    if (!tun.alive()) {  // its ssh is gone (connection lost, logout): the file goes too
+      unlink(tun.file.c_str());
+      continue;
+    }
+    local.push_back(tun.doc);
+    by_remote[tun.doc.value("remote_port", 0)] = tun.doc;
+  }
+  if (as_json) {
+    (*reply)["local"] = local;
+    (*reply)["host"] = t.url();
+    std::cout << reply->dump(2) << "\n";
+    return kExitOk;
+  }
+  const json& ports = (*reply)["ports"];
+  if (!ports.is_array() || ports.empty()) {
+    std::cout << "no published ports\n";
+    return kExitOk;
+  }
+  std::cout << std::left << std::setw(24) << "LOCAL" << std::setw(24) << "REMOTE" << std::setw(8)
+            << "GUEST" << std::setw(8) << "ORIGIN" << "CONNECTIONS\n";
+  for (const json& p : ports) {
+    if (!p.is_object()) continue;
+    int rp = p.value("host_port", 0);
+    std::string lend = "-";
+    if (auto it = by_remote.find(rp); it != by_remote.end()) {
+      lend = it->second.value("local_ip", "") + ":" + std::to_string(it->second.value("local_port", 0));
+    }
+    std::string rend = vm::JsonString(p, "host_ip") + ":" + std::to_string(rp);
+    std::cout << std::setw(24) << lend << std::setw(24) << rend << std::setw(8) << p.value("guest_port", 0)
+              << std::setw(8) << vm::JsonString(p, "origin") << p.value("connections", 0) << "\n";
+  }
+  return kExitOk;
+}
+
+int RemotePort(const RemoteTarget& t, const std::vector<std::string>& prefix,
+               const std::vector<std::string>& args) {
+  std::vector<std::string> all = prefix;
+  all.push_back("port");
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<std::string> pos;
+  bool as_json = false;
+  for (const std::string& a : args) {
+    if (a == "--json") {
+      as_json = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return RunRemote(t, all);  // unknown flags: the remote's answer
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.empty() || !SafeName(pos[0])) return RunRemote(t, all);
+  std::string action = pos.size() > 1 ? pos[1] : "ls";
+  std::vector<std::string> specs(pos.begin() + std::min<size_t>(2, pos.size()), pos.end());
+  if (action == "add" && !specs.empty()) return PortAdd(t, prefix, pos[0], specs, as_json);
+  if (action == "rm" && !specs.empty()) return PortRm(t, prefix, pos[0], specs);
+  if (action == "ls" && specs.empty()) return PortLs(t, prefix, pos[0], as_json);
+  return RunRemote(t, all);  // usage errors: the remote's
+}
+
+int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefix,
+                    const std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const std::string& a : args) {
+    if (a == "--install") {
+      return Fail(Error(ErrorCode::kInvalidArgument, "ssh-config --install against a remote is not done yet",
+                        "print the blocks (`cloister --host " + t.url() +
+                            " ssh-config NAME >> ~/.ssh/config`) and add them yourself"));
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      std::vector<std::string> all = With(prefix, {"ssh-config"});
+      all.insert(all.end(), args.begin(), args.end());
+      return RunRemote(t, all);
+    }
+    if (!SafeName(a)) return Fail(Error(ErrorCode::kInvalidArgument, "bad workspace name '" + a + "'"));
+    names.push_back(a);
+  }
+  std::vector<std::string> req = With(prefix, {"_ssh-material"});
+  req.insert(req.end(), names.begin(), names.end());
+  int code = 0;
+  auto doc = RemoteJson(t, req, &code);
+  if (!doc.ok()) return code ? code : Fail(doc.error());
+  // The remote store's IDE client key (see threat-model.md: it opens only the guests' sshd, which
+  // is reachable only through `_ssh-stdio` on the remote, i.e. with SSH access to that host).
+  // SECURITY: parsed and re-written here, never copied as sent.
+  auto key = sshagent::ParseOpenSshPrivateKey((*doc).value("identity", ""));
+  if (!key.ok()) {
+    return Fail(Error(ErrorCode::kCorrupt, "the remote sent no usable client key: " + key.error().message(),
+                      "check that both machines run the same cloister"));
+  }
+  const json& list = (*doc)["workspaces"];
+  if (!list.is_array()) return Fail(Error(ErrorCode::kCorrupt, "the remote's answer lists no workspaces"));
+  // Everything is checked before anything is written.
+  std::vector<std::pair<std::string, std::string>> pins;  // name, line
+  for (const json& w : list) {
+    std::string name = w.is_object() ? w.value("name", "") : "";
+    if (!SafeName(name)) return Fail(Error(ErrorCode::kCorrupt, "the remote named a bad workspace"));
+    auto line = CheckRemotePinLine(name, w.is_object() ? w.value("known_hosts", "") : "");
+    if (!line.ok()) return Fail(line.error());
+    pins.emplace_back(name, *line);
+  }
+  auto pem = sshagent::OpenSshPrivateKey(*key, "cloister IDE key of " + t.url());
+  if (!pem.ok()) return Fail(pem.error());
+  std::string base = fs::path(ContextsPath()).parent_path().string() + "/remotes";
+  std::string dir = base + "/" + TargetId(t);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Fail(Error(ErrorCode::kIo, "cannot create " + dir + ": " + ec.message()));
+  chmod(base.c_str(), 0700);
+  chmod(dir.c_str(), 0700);
+  std::string identity = dir + "/ssh-client";
+  if (Status st = WriteFileAtomic(identity, pem->view(), 0600); !st.ok()) return Fail(st.error());
+  std::string text;
+  for (const auto& [name, line] : pins) {
+    std::string pin = dir + "/" + name + ".known_hosts";
+    if (Status st = WriteFileAtomic(pin, line + "\n", 0644); !st.ok()) return Fail(st.error());
+    SshHostSpec spec;
+    spec.name = name;
+    spec.identity = identity;
+    spec.known_hosts = pin;
+    // ssh to the remote (the user's own ssh, as every remote verb), running `_ssh-stdio NAME` there.
+    spec.proxy_argv = RemoteSshArgv(t, With(prefix, {"_ssh-stdio", name}), /*tty=*/false);
+    auto block = SshHostBlock(spec);
+    if (!block.ok()) return Fail(block.error());
+    text += "# on " + t.url() + "\n" + *block + "\n";
+  }
+  std::cout << text;
+  return kExitOk;
+}
+
+// Verbs that stop a workspace: its tunnels here end after the remote verb succeeded.
+bool EndsTunnels(const std::string& verb) { return verb == "stop" || verb == "rm"; }
+
+}  // namespace
+
+int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
+  size_t v = 0;
+  while (v < args.size()) {
+    if (args[v] == "--store" && v + 1 < args.size()) {
+      v += 2;
+      continue;
+    }
+    if (!args[v].empty() && args[v][0] != '-') break;
+    ++v;
+  }
+  if (v == args.size()) return RunRemote(t, args);
+  for (size_t i = v; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "-h" || args[i] == "--help") return RunRemote(t, args);
+  }
+  std::vector<std::string> prefix(args.begin(), args.begin() + static_cast<long>(v));
+  std::vector<std::string> rest(args.begin() + static_cast<long>(v) + 1, args.end());
+  const std::string& verb = args[v];
+  if (verb == "create" || verb == "run") {
+    // -p names ports of the machine that runs the verb: over --host that would be the remote's
+    // loopback, not this one's. Refused (fail closed) with the way that publishes here.
+    for (const std::string& a : rest) {
+      if (a == "--") break;
+      if (a == "-p" || a.rfind("--publish", 0) == 0 || a == "--auto-ports" ||
+          (a.size() > 2 && a.rfind("-p", 0) == 0 && a[2] != '-')) {
+        return Fail(Error(ErrorCode::kInvalidArgument,
+                          "-p/--publish/--auto-ports of `" + verb + "` against a remote would publish on " +
+                              t.host + "'s loopback, not this machine's",
+                          "drop it, and after the start publish here: `cloister --host " + t.url() +
+                              " port NAME add HOST_PORT:GUEST_PORT`"));
+      }
+    }
+  }
+  if (verb == "cp") return RemoteCopy(t, prefix, rest);
+  if (verb == "port") return RemotePort(t, prefix, rest);
+  if (verb == "ssh-config") return RemoteSshConfig(t, prefix, rest);
+  int code = RunRemote(t, args);
+  if (code == 0 && EndsTunnels(verb)) {
+    for (const std::string& a : rest) {
+      if (!SafeName(a)) continue;
+      for (const Tunnel& tun : Tunnels(t, a)) EndTunnel(tun);
+    }
+  }
+  return code;
+}
+
+}  // namespace cloister::cli
