@@ -12,12 +12,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "audit/report.h"
+#include "base/pid_file.h"
 #include "base/subprocess.h"
 #include "cli/disposal_prompts.h"
 #include "cli/testing.h"
@@ -249,6 +251,44 @@ TEST_F(BrowserTest, DashboardInChromium) {
   json after = Run({"describe", "alpha", "--json"}).json();
   EXPECT_FALSE(after["compromised"].get<bool>()) << after.dump();
   EXPECT_TRUE(after["checkpoints"].empty()) << after.dump();
+}
+
+// The consent desk's default source of sockets: only workspaces whose supervisor is alive (it holds
+// its pid file's lock), found without `ls`. A child process plays the supervisor's lock.
+TEST_F(BrowserTest, ControlSocketsAreThoseOfLiveSupervisorsOnly) {
+  ASSERT_EQ(Create("alpha").code, 0);
+  ASSERT_EQ(Create("beta").code, 0);
+  auto store = Store::Open(store_);
+  ASSERT_TRUE(store.ok());
+  cli::UiBackendOptions bo;
+  bo.store_root = store_;
+  auto backend = cli::MakeUiBackend(bo);
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "nothing runs yet";
+  const std::string run = (*store)->Paths("alpha").dir + "/run";
+  ASSERT_EQ(RunProcess({"mkdir", "-p", run})->exit_code, 0);
+  // A stale pid file (no lock held) is not a live supervisor.
+  { std::ofstream(run + "/supervisor.pid") << getpid() << "\n"; }
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "a stale pid file counted as running";
+  int ready[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    auto fd = ClaimPidFile(run + "/supervisor.pid");
+    char c = fd.ok() ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(c, 'y');
+  auto live = backend->ControlSockets();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(live, (std::map<std::string, std::string>{{"alpha", run + "/supervisor.sock"}}));
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "the supervisor is gone";
 }
 
 // The verb itself: `cloister ui --json` prints a URL on 127.0.0.1 with a token, serves it (the
