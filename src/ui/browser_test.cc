@@ -117,8 +117,9 @@ TEST_F(BrowserTest, DashboardInChromium) {
   const std::string base = "http://127.0.0.1:" + std::to_string((*server)->port());
 
   Browser b;
-  ASSERT_TRUE(b.Start(std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/src/ui/testdata/cdp.py"))
-      << "chromium did not start under the CDP driver";
+  ASSERT_TRUE(b.Start(testing::CdpScript())) << "chromium did not start under the CDP driver";
+  // Fake data: screenshots into the build tree; docs/ui/ holds the real run's (ui_vm_test.cc).
+  b.ShotsTo(std::string(std::getenv("CLOISTER_BINARY_DIR")) + "/ui-screenshots");
 
   // 1. Without the token: refused, nothing of the page.
   b.Go(base + "/");
@@ -170,6 +171,7 @@ TEST_F(BrowserTest, DashboardInChromium) {
   (*sink)->Write(live);
   b.Wait("document.querySelector('#traffic tr[data-host=\"live.example.test\"]') !== null");
   EXPECT_EQ(b.Eval("document.querySelectorAll('#traffic tbody tr').length"), 5);
+  EXPECT_EQ(b.Eval("document.getElementById('traffic-count').textContent"), "5 requests");
   b.Shot("traffic.png");
   // Filtered: refusals only, with their reason.
   b.Eval("(() => { const s = document.getElementById('f-only'); s.value = 'refused';"
@@ -201,10 +203,13 @@ TEST_F(BrowserTest, DashboardInChromium) {
   EXPECT_EQ(b.Eval("document.querySelectorAll('#audit .disk[data-device=\"/dev/vdb\"] .mark').length"),
             3);
   b.Shot("audit.png");
+  EXPECT_EQ(b.Eval("document.getElementById('status').textContent"), "audit of alpha done");
 
   // 6b. Consent: the pending question with its grant buttons; "5 minutes" answers it.
   b.Go(base + "/#/consent");
   b.Wait("document.querySelector('#consent .question[data-id=\"3\"]') !== null");
+  // Another view: the audit's result is not shown as if it were this view's.
+  EXPECT_EQ(b.Eval("document.getElementById('status').textContent"), "");
   EXPECT_EQ(b.Eval("document.querySelector('.question .c-request').textContent"),
             "GET api.github.com/user/repos");
   EXPECT_EQ(b.Eval("[...document.querySelectorAll('.question button')].map(x => x.dataset.grant)"),

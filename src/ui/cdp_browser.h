@@ -64,10 +64,16 @@ class Browser {
     return r.value("value", json());
   }
   void Go(const std::string& url) { EXPECT_TRUE(Call({{"op", "navigate"}, {"url", url}})["ok"]); }
+  // Screenshots go to `dir` (created): the VM test's real run writes docs/ui/, the fake-data
+  // browser test its build tree (so it never replaces the real ones). CLOISTER_UI_SCREENSHOTS=0
+  // skips them.
+  void ShotsTo(std::string dir) { shot_dir_ = std::move(dir); }
   void Shot(const std::string& name) {
     const char* want = std::getenv("CLOISTER_UI_SCREENSHOTS");
-    if (want && std::string(want) == "0") return;
-    std::string path = std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/docs/ui/" + name;
+    if ((want && std::string(want) == "0") || shot_dir_.empty()) return;
+    std::string mk = "mkdir -p '" + shot_dir_ + "'";
+    EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
+    std::string path = shot_dir_ + "/" + name;
     EXPECT_TRUE(Call({{"op", "screenshot"}, {"path", path}})["ok"]) << path;
   }
 
@@ -81,6 +87,7 @@ class Browser {
     json j = json::parse(s, nullptr, false);
     return j.is_object() ? j : json{{"ok", false}, {"error", "driver said: " + s}};
   }
+  std::string shot_dir_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;
   FILE* from_ = nullptr;

@@ -141,6 +141,7 @@ TEST_F(UiVmTest, DashboardShowsARealWorkspaceItsTrafficConsentLeaksAuditAndWipes
   browser_ = std::make_unique<Browser>();
   Browser& b = *browser_;
   ASSERT_TRUE(b.Start(testing::CdpScript())) << "chromium did not start under the CDP driver";
+  b.ShotsTo(std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/docs/ui");
 
   // 1. The workspaces view: the real running workspace, as `ls --json` shows it.
   b.Go(url);
@@ -182,6 +183,7 @@ TEST_F(UiVmTest, DashboardShowsARealWorkspaceItsTrafficConsentLeaksAuditAndWipes
   EXPECT_NE(notes.find("POST"), std::string::npos) << notes;
   EXPECT_NE(notes.find("200"), std::string::npos) << notes;
   EXPECT_NE(notes.find("anthropic"), std::string::npos) << "the swap is shown: " << notes;
+  EXPECT_EQ(b.Eval("document.getElementById('traffic-count').textContent"), "1 request");
   b.Shot("traffic.png");
 
   // 3. Consent from the real broker: the guest's request waits until the page answers.
@@ -268,6 +270,8 @@ TEST_F(UiVmTest, DashboardShowsARealWorkspaceItsTrafficConsentLeaksAuditAndWipes
       std::chrono::seconds(120)));
   b.Go(base + "/#/leaks");
   b.Wait("document.querySelector('#leaks tr[data-credential=\"anthropic\"]') !== null", 60);
+  // The audit's "done" stayed on the audit view (this run's screenshots showed it on every view).
+  EXPECT_EQ(b.Eval("document.getElementById('status').textContent"), "");
   json leak = b.Eval(
       "(() => { const r = document.querySelector('#leaks tr[data-credential=\"anthropic\"]');"
       " return {host: r.querySelector('.c-host').textContent,"
