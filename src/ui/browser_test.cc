@@ -4,7 +4,8 @@
 // that a trace line the proxy's writer appends shows up in the live traffic view, that a tripped
 // placeholder is in the leaks view, that wipe asks with the CLI's text and then wipes, and that a
 // page without the token, and a cross-site form post from another origin, are refused. It writes
-// a screenshot of each view into docs/ui/ (CLOISTER_UI_SCREENSHOTS=0 skips that).
+// a screenshot of each view into $CLOISTER_BINARY_DIR/ui-screenshots/ (docs/ui/ holds the real
+// run's, ui_vm_test.cc; CLOISTER_UI_SCREENSHOTS=0 skips them).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
