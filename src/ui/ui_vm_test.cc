@@ -33,6 +33,7 @@
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "supervisor/testing.h"
+#include "supervisor/workspace.h"
 #include "ui/cdp_browser.h"
 #include "ui/traffic.h"
 
@@ -239,6 +240,14 @@ TEST_F(UiVmTest, DashboardShowsARealWorkspaceItsTrafficConsentLeaksAuditAndWipes
   json devices = b.Eval("[...document.querySelectorAll('#audit .disk')].map(d => d.dataset.device)");
   json report = b.Eval(
       "fetch('/api/workspaces/ws/audit', {credentials: 'same-origin'}).then(r => r.json())");
+  if (!report.is_object() || !report.contains("disks")) {
+    auto tail = [](const std::string& text) {
+      return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
+    };
+    vm::RunPaths paths = vm::RunPathsFor(*store_, "ws");
+    std::cerr << "[console log]\n" << tail(vm::testing::Slurp(paths.console_log))
+              << "\n[supervisor log]\n" << tail(vm::testing::Slurp(paths.supervisor_log)) << "\n";
+  }
   ASSERT_TRUE(report.is_object() && report.contains("disks")) << report.dump().substr(0, 2000)
       << " status: " << b.Eval("document.getElementById('status').textContent");
   json want = json::array();
