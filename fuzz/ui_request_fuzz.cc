@@ -1,13 +1,15 @@
 // Fuzz target: the dashboard's own parsers (src/ui/request.h, src/ui/traffic.h): request target
 // routing and query decoding, the Cookie header, Host/Origin checks, the JSON action body, the
-// traffic filter, and trace.jsonl lines (guest-influenced text) as the live view reads them.
+// traffic filter, trace.jsonl lines (guest-influenced text) as the live view reads them, and a
+// supervisor's consent question line (src/ui/consent.h).
 // SECURITY: the first five run on bytes any web page can make the browser send; the trace lines
-// carry guest-chosen hosts and paths.
+// and consent questions carry guest-chosen hosts and paths.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "ui/consent.h"
 #include "ui/request.h"
 #include "ui/traffic.h"
 
@@ -33,5 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)ParseActionBody(bytes);
   (void)ParseQuery(bytes);
   (void)SecretEquals(bytes, "0123456789abcdef");
+  if (auto q = ParseConsentQuestion(bytes)) (void)Dump(*q);
   return 0;
 }

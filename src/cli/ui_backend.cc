@@ -7,7 +7,10 @@
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/disposal_prompts.h"
+#include "store/layout.h"
 #include "store/store.h"
+#include "supervisor/state.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::cli {
 namespace {
@@ -85,16 +88,22 @@ class CliBackend : public ui::Backend {
   }
   std::map<std::string, std::string> ControlSockets() override {
     if (o_.control_sockets) return o_.control_sockets();
+    // Called every second: not `ls` (configs, disk sizes, a status round trip per workspace) but
+    // the workspaces' directory names and whether each has a live supervisor (its pid file's
+    // lock, vm::LivePid): the cheapest truthful answer to "who may ask now".
     std::map<std::string, std::string> out;
-    auto list = ListWorkspaces();
-    auto store = Store::Open(o_.store_root);
-    if (!list.ok() || !list->is_array() || !store.ok()) return out;
-    for (const auto& w : *list) {
-      std::string state = w.value("state", "");
-      std::string name = w.value("name", "");
-      if ((state == "running" || state == "booting") && ui::ValidWorkspaceName(name)) {
-        out[name] = (*store)->Paths(name).supervisor_socket;
-      }
+    if (!store_) {
+      auto store = Store::Open(o_.store_root);
+      if (!store.ok()) return out;
+      store_ = std::move(*store);
+    }
+    const std::string dir = JoinPath(o_.store_root, std::string(layout::kWorkspacesDir));
+    auto names = store_->env()->ListDir(dir);
+    if (!names.ok()) return out;
+    for (const std::string& name : *names) {
+      if (!ui::ValidWorkspaceName(name)) continue;
+      vm::RunPaths paths = vm::RunPathsFor(*store_, name);
+      if (vm::LivePid(paths.supervisor_pid) > 0) out[name] = paths.supervisor_socket;
     }
     return out;
   }
@@ -124,6 +133,7 @@ class CliBackend : public ui::Backend {
 
   UiBackendOptions o_;
   std::mutex action_mu_;
+  std::unique_ptr<Store> store_;  // ControlSockets only (the desk's one thread)
 };
 
 }  // namespace

@@ -19,7 +19,7 @@ struct UiBackendOptions {
   // the VM running). Browser tests without a VM put a report here.
   std::function<Result<nlohmann::json>(const std::string& name)> run_audit;
   // Test seam: the control sockets to keep consent listeners on (default: those of the
-  // workspaces `ls --json` shows running or booting).
+  // workspaces whose supervisor is alive, from the pid file's lock; asked every second).
   std::function<std::map<std::string, std::string>()> control_sockets;
 };
 

@@ -4,7 +4,8 @@
 // that a trace line the proxy's writer appends shows up in the live traffic view, that a tripped
 // placeholder is in the leaks view, that wipe asks with the CLI's text and then wipes, and that a
 // page without the token, and a cross-site form post from another origin, are refused. It writes
-// a screenshot of each view into docs/ui/ (CLOISTER_UI_SCREENSHOTS=0 skips that).
+// a screenshot of each view into $CLOISTER_BINARY_DIR/ui-screenshots/ (docs/ui/ holds the real
+// run's, ui_vm_test.cc; CLOISTER_UI_SCREENSHOTS=0 skips them).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,18 +13,21 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "audit/report.h"
+#include "base/pid_file.h"
 #include "base/subprocess.h"
 #include "cli/disposal_prompts.h"
 #include "cli/testing.h"
 #include "cli/ui_backend.h"
 #include "proxy/trace.h"
 #include "store/store.h"
+#include "ui/cdp_browser.h"
 #include "ui/fake_supervisor.h"
 #include "ui/server.h"
 
@@ -31,73 +35,7 @@ namespace cloister::ui {
 namespace {
 
 using json = nlohmann::json;
-
-// testdata/cdp.py as a child: one JSON command per line in, one answer per line out.
-class Browser {
- public:
-  bool Start(const std::string& script) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      execlp("python3", "python3", script.c_str(), nullptr);
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    to_ = fdopen(in[1], "w");
-    from_ = fdopen(out[0], "r");
-    return Read().value("ready", false);
-  }
-  ~Browser() {
-    if (to_) {
-      fputs("{\"op\":\"quit\"}\n", to_);
-      fclose(to_);
-    }
-    if (from_) fclose(from_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
-  json Call(const json& cmd) {
-    std::string line = cmd.dump() + "\n";
-    fputs(line.c_str(), to_);
-    fflush(to_);
-    return Read();
-  }
-  json Eval(const std::string& expr) {
-    json r = Call({{"op", "eval"}, {"expr", expr}});
-    EXPECT_TRUE(r.value("ok", false)) << expr << ": " << r.dump();
-    return r.value("value", json());
-  }
-  // Waits (bounded: the machine is shared) until `expr` is truthy in the page.
-  json Wait(const std::string& expr, int seconds = 60) {
-    json r = Call({{"op", "wait"}, {"expr", expr}, {"timeout", seconds}});
-    EXPECT_TRUE(r.value("ok", false)) << r.dump();
-    return r.value("value", json());
-  }
-  void Go(const std::string& url) { EXPECT_TRUE(Call({{"op", "navigate"}, {"url", url}})["ok"]); }
-  void Shot(const std::string& name) {
-    const char* want = std::getenv("CLOISTER_UI_SCREENSHOTS");
-    if (want && std::string(want) == "0") return;
-    std::string path = std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/docs/ui/" + name;
-    EXPECT_TRUE(Call({{"op", "screenshot"}, {"path", path}})["ok"]) << path;
-  }
-
- private:
-  json Read() {
-    char* line = nullptr;
-    size_t cap = 0;
-    ssize_t n = from_ ? getline(&line, &cap, from_) : -1;
-    std::string s = n > 0 ? std::string(line, n) : "";
-    free(line);
-    json j = json::parse(s, nullptr, false);
-    return j.is_object() ? j : json{{"ok", false}, {"error", "driver said: " + s}};
-  }
-  pid_t pid_ = -1;
-  FILE* to_ = nullptr;
-  FILE* from_ = nullptr;
-};
+using testing::Browser;
 
 // An audit report as `cloister audit residue --json` prints it: a clean system disk and a home
 // with foreign regions (the picture needs both).
@@ -180,8 +118,9 @@ TEST_F(BrowserTest, DashboardInChromium) {
   const std::string base = "http://127.0.0.1:" + std::to_string((*server)->port());
 
   Browser b;
-  ASSERT_TRUE(b.Start(std::string(std::getenv("CLOISTER_SOURCE_DIR")) + "/src/ui/testdata/cdp.py"))
-      << "chromium did not start under the CDP driver";
+  ASSERT_TRUE(b.Start(testing::CdpScript())) << "chromium did not start under the CDP driver";
+  // Fake data: screenshots into the build tree; docs/ui/ holds the real run's (ui_vm_test.cc).
+  b.ShotsTo(std::string(std::getenv("CLOISTER_BINARY_DIR")) + "/ui-screenshots");
 
   // 1. Without the token: refused, nothing of the page.
   b.Go(base + "/");
@@ -233,6 +172,7 @@ TEST_F(BrowserTest, DashboardInChromium) {
   (*sink)->Write(live);
   b.Wait("document.querySelector('#traffic tr[data-host=\"live.example.test\"]') !== null");
   EXPECT_EQ(b.Eval("document.querySelectorAll('#traffic tbody tr').length"), 5);
+  EXPECT_EQ(b.Eval("document.getElementById('traffic-count').textContent"), "5 requests");
   b.Shot("traffic.png");
   // Filtered: refusals only, with their reason.
   b.Eval("(() => { const s = document.getElementById('f-only'); s.value = 'refused';"
@@ -264,10 +204,13 @@ TEST_F(BrowserTest, DashboardInChromium) {
   EXPECT_EQ(b.Eval("document.querySelectorAll('#audit .disk[data-device=\"/dev/vdb\"] .mark').length"),
             3);
   b.Shot("audit.png");
+  EXPECT_EQ(b.Eval("document.getElementById('status').textContent"), "audit of alpha done");
 
   // 6b. Consent: the pending question with its grant buttons; "5 minutes" answers it.
   b.Go(base + "/#/consent");
   b.Wait("document.querySelector('#consent .question[data-id=\"3\"]') !== null");
+  // Another view: the audit's result is not shown as if it were this view's.
+  EXPECT_EQ(b.Eval("document.getElementById('status').textContent"), "");
   EXPECT_EQ(b.Eval("document.querySelector('.question .c-request').textContent"),
             "GET api.github.com/user/repos");
   EXPECT_EQ(b.Eval("[...document.querySelectorAll('.question button')].map(x => x.dataset.grant)"),
@@ -314,6 +257,44 @@ TEST_F(BrowserTest, DashboardInChromium) {
   json after = Run({"describe", "alpha", "--json"}).json();
   EXPECT_FALSE(after["compromised"].get<bool>()) << after.dump();
   EXPECT_TRUE(after["checkpoints"].empty()) << after.dump();
+}
+
+// The consent desk's default source of sockets: only workspaces whose supervisor is alive (it holds
+// its pid file's lock), found without `ls`. A child process plays the supervisor's lock.
+TEST_F(BrowserTest, ControlSocketsAreThoseOfLiveSupervisorsOnly) {
+  ASSERT_EQ(Create("alpha").code, 0);
+  ASSERT_EQ(Create("beta").code, 0);
+  auto store = Store::Open(store_);
+  ASSERT_TRUE(store.ok());
+  cli::UiBackendOptions bo;
+  bo.store_root = store_;
+  auto backend = cli::MakeUiBackend(bo);
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "nothing runs yet";
+  const std::string run = (*store)->Paths("alpha").dir + "/run";
+  ASSERT_EQ(RunProcess({"mkdir", "-p", run})->exit_code, 0);
+  // A stale pid file (no lock held) is not a live supervisor.
+  { std::ofstream(run + "/supervisor.pid") << getpid() << "\n"; }
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "a stale pid file counted as running";
+  int ready[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    auto fd = ClaimPidFile(run + "/supervisor.pid");
+    char c = fd.ok() ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(c, 'y');
+  auto live = backend->ControlSockets();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(live, (std::map<std::string, std::string>{{"alpha", run + "/supervisor.sock"}}));
+  EXPECT_TRUE(backend->ControlSockets().empty()) << "the supervisor is gone";
 }
 
 // The verb itself: `cloister ui --json` prints a URL on 127.0.0.1 with a token, serves it (the

@@ -1,18 +1,15 @@
 #include "ui/consent.h"
 
 #include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <list>
 #include <mutex>
 #include <thread>
 
-#include "ui/traffic.h"
+#include "supervisor/consent.h"
+#include "supervisor/control.h"
 
 namespace cloister::ui {
 
@@ -39,6 +36,10 @@ std::string Clean(const nlohmann::json& j, const char* key) {
 std::optional<nlohmann::json> ParseConsentQuestion(std::string_view line) {
   if (line.size() > kMaxConsentLine) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return ConsentQuestionFrom(j);
+}
+
+std::optional<nlohmann::json> ConsentQuestionFrom(const nlohmann::json& j) {
   if (!j.is_object() || j.value("op", nlohmann::json()) != "consent") return std::nullopt;
   auto id = j.find("id");
   if (id == j.end() || !id->is_number_integer() || id->get<int64_t>() < 0) return std::nullopt;
@@ -65,7 +66,10 @@ std::optional<nlohmann::json> ParseConsentQuestion(std::string_view line) {
 struct ConsentDesk::Impl {
   struct Conn {
     std::string workspace;
-    int fd = -1;
+    // The listener connection (the control protocol's bounded line reader, supervisor/control.h).
+    // Set and reset under mu by the connection's thread; Answer sends on it under mu while that
+    // thread reads (a socket takes one reader and one writer at once).
+    std::unique_ptr<vm::LineConn> conn;
     std::thread thread;
     bool done = false;
     std::map<int64_t, nlohmann::json> questions;  // by id
@@ -84,63 +88,49 @@ struct ConsentDesk::Impl {
 };
 
 void ConsentDesk::Impl::Listen(Conn* c, std::string path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  bool ok = fd >= 0 && path.size() < sizeof(addr.sun_path);
-  if (ok) {
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  const std::string hello = "{\"op\":\"consent-listen\",\"client\":\"ui\"}\n";
-  if (ok) ok = send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size());
+  auto finish = [this, c] {
+    std::lock_guard<std::mutex> l(mu);
+    c->conn.reset();
+    c->questions.clear();
+    c->order.clear();
+    c->done = true;
+  };
+  Result<int> fd = vm::ConnectUnix(path);
+  if (!fd.ok()) return finish();
+  auto owned = std::make_unique<vm::LineConn>(*fd);
+  vm::LineConn* conn = owned.get();
   {
     std::lock_guard<std::mutex> l(mu);
-    if (stopping) ok = false;
-    c->fd = ok ? fd : -1;
+    if (stopping) return;  // `owned` closes it; the destructor joins this thread
+    c->conn = std::move(owned);
   }
-  if (!ok) {
-    if (fd >= 0) close(fd);
-    std::lock_guard<std::mutex> l(mu);
-    c->done = true;
-    return;
-  }
-  std::string buf;
-  char chunk[8192];
+  // A listener never times out on its own: the supervisor's hang-up or our shutdown ends it.
+  auto forever = [] { return std::chrono::steady_clock::now() + std::chrono::hours(24); };
+  // SECURITY: the supervisor must accept the listener ({"ok":true}); anything else ends it, and a
+  // line that is not a bounded JSON object (LineConn) ends the connection (its questions go).
+  if (!conn->Send({{"op", vm::kConsentListenOp}, {"client", "ui"}}).ok()) return finish();
+  Result<nlohmann::json> hello = conn->Read(forever());
+  if (!hello.ok() || hello->value("ok", nlohmann::json()) != true) return finish();
   for (;;) {
-    ssize_t n = recv(fd, chunk, sizeof chunk, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    buf.append(chunk, static_cast<size_t>(n));
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      std::lock_guard<std::mutex> l(mu);
-      if (auto q = ParseConsentQuestion(line)) {
-        int64_t id = (*q)["id"];
-        if (!c->questions.count(id) && c->questions.size() < kMaxConsentQuestions) {
-          (*q)["workspace"] = c->workspace;
-          c->questions[id] = *q;
-          c->order.push_back(id);
-        }
-      } else if (j.is_object() && j.value("op", nlohmann::json()) == "consent-done" &&
-                 j.contains("id") && j["id"].is_number_integer()) {
-        int64_t id = j["id"];
-        c->questions.erase(id);
-        c->order.erase(std::remove(c->order.begin(), c->order.end(), id), c->order.end());
+    Result<nlohmann::json> line = conn->Read(forever());
+    if (!line.ok()) break;
+    const nlohmann::json& j = *line;
+    std::lock_guard<std::mutex> l(mu);
+    if (auto q = ConsentQuestionFrom(j)) {
+      int64_t id = (*q)["id"];
+      if (!c->questions.count(id) && c->questions.size() < kMaxConsentQuestions) {
+        (*q)["workspace"] = c->workspace;
+        c->questions[id] = *q;
+        c->order.push_back(id);
       }
+    } else if (vm::JsonString(j, "op") == "consent-done" && j.contains("id") &&
+               j["id"].is_number_integer()) {
+      int64_t id = j["id"];
+      c->questions.erase(id);
+      c->order.erase(std::remove(c->order.begin(), c->order.end(), id), c->order.end());
     }
-    // SECURITY: a peer that never ends a line does not grow our memory.
-    if (buf.size() > kMaxConsentLine) break;
   }
-  std::lock_guard<std::mutex> l(mu);
-  close(fd);
-  c->fd = -1;
-  c->questions.clear();
-  c->order.clear();
-  c->done = true;
+  finish();
 }
 
 void ConsentDesk::Impl::Manage() {
@@ -189,7 +179,7 @@ ConsentDesk::~ConsentDesk() {
     std::lock_guard<std::mutex> l(impl_->mu);
     impl_->stopping = true;
     for (auto& c : impl_->conns) {
-      if (c.fd >= 0) shutdown(c.fd, SHUT_RDWR);
+      if (c.conn) shutdown(c.conn->fd(), SHUT_RDWR);  // wakes its thread's read
     }
   }
   impl_->cv.notify_all();
@@ -211,7 +201,7 @@ nlohmann::json ConsentDesk::Pending() {
 Status ConsentDesk::Answer(const std::string& workspace, int64_t id, const std::string& grant) {
   std::lock_guard<std::mutex> l(impl_->mu);
   for (auto& c : impl_->conns) {
-    if (c.workspace != workspace || c.fd < 0) continue;
+    if (c.workspace != workspace || !c.conn) continue;
     auto q = c.questions.find(id);
     if (q == c.questions.end()) break;
     bool offered = false;
@@ -220,9 +210,11 @@ Status ConsentDesk::Answer(const std::string& workspace, int64_t id, const std::
       return Error(ErrorCode::kInvalidArgument,
                    "question " + std::to_string(id) + " does not offer grant '" + grant + "'");
     }
-    std::string line = nlohmann::json{{"id", id}, {"grant", grant}}.dump() + "\n";
-    if (send(c.fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
-      return ErrnoError("answering the consent question of " + workspace, errno);
+    Status sent = c.conn->Send({{"id", id}, {"grant", grant}});
+    if (!sent.ok()) {
+      return Error(sent.error().code(),
+                   "answering the consent question of " + workspace + ": " + sent.error().message(),
+                   "the workspace's supervisor went away; the question is refused");
     }
     // Closed here at once; the supervisor's consent-done confirms it to every listener.
     c.questions.erase(q);

@@ -1,8 +1,9 @@
 // The dashboard's side of credential consent: one `consent-listen` connection per running
-// workspace's control socket (the protocol is documented in supervisor/consent.h), the questions
-// they carry, and the user's answers. A question is only asked while a listener is connected, so
-// the desk keeps the connections open while the dashboard runs (and reconnects when a workspace
-// starts); it never decides anything itself.
+// workspace's control socket (the protocol is documented in supervisor/consent.h; the connection
+// is vm::ConnectUnix and the control protocol's bounded vm::LineConn, supervisor/control.h, as
+// `cloister approve` uses them), the questions they carry, and the user's answers. A question is
+// only asked while a listener is connected, so the desk keeps the connections open while the
+// dashboard runs (and reconnects when a workspace starts); it never decides anything itself.
 //
 // SECURITY: questions carry guest-chosen text (host, method, path, the SSH request). Each line is
 // bounded (kMaxConsentLine), parsed without exceptions, and only known fields are kept, each
@@ -36,6 +37,8 @@ bool ValidGrant(std::string_view grant);
 // One `consent` line from a supervisor, reduced to the fields the page shows (or nullopt if it is
 // not a well-formed question).
 std::optional<nlohmann::json> ParseConsentQuestion(std::string_view line);
+// The same from a line already parsed (the listener's bounded vm::LineConn reads objects).
+std::optional<nlohmann::json> ConsentQuestionFrom(const nlohmann::json& line);
 
 class ConsentDesk {
  public:

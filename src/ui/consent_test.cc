@@ -82,5 +82,29 @@ TEST(ConsentDeskTest, DoneRemovesAndOfferedGrantsOnly) {
   EXPECT_EQ(nlohmann::json::parse(sup.Join())["grant"], "deny");
 }
 
+// SECURITY: only a listener the supervisor accepted is one: a socket that answers the hello with
+// anything but {"ok":true} (a stale socket reused by something else, a refusal) gets no questions
+// shown from it, and neither does a peer whose line is longer than the bound (LineConn drops it).
+TEST(ConsentDeskTest, NoQuestionsFromARefusedOrUnboundedListener) {
+  const std::string question =
+      R"({"op":"consent","id":9,"kind":"cred","cred":"github","grants":["request","deny"]})";
+  for (const std::string& first :
+       {std::string(R"({"ok":false,"error":"not a consent broker"})"), std::string("[1,2]"),
+        // A well-formed question past the line bound (80 KiB of padding): dropped unread.
+        std::string(R"({"ok":true})") + "\n" + R"({"op":"consent","id":8,"cred":"github","pad":")" +
+            std::string(80 * 1024, 'x') + "\"}"}) {
+    FakeSupervisor sup({first, question});
+    ConsentDesk desk([&] { return std::map<std::string, std::string>{{"alpha", sup.path()}}; },
+                     std::chrono::milliseconds(50));
+    // Until the desk hangs up (the fake's read of an answer ends) or shows the question (bounded:
+    // 60 s on a loaded machine).
+    for (int i = 0; i < 600 && !sup.done() && desk.Pending().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(sup.done()) << first.substr(0, 60) << ": the desk kept the connection";
+    EXPECT_TRUE(desk.Pending().empty()) << first.substr(0, 60) << ": " << desk.Pending().dump();
+  }
+}
+
 }  // namespace
 }  // namespace cloister::ui

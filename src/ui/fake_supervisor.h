@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@ class FakeSupervisor {
       for (const auto& l : lines_) send(c, (l + "\n").data(), l.size() + 1, MSG_NOSIGNAL);
       ReadLine(c, answer_);
       close(c);
+      done_ = true;
     });
   }
   ~FakeSupervisor() {
@@ -52,6 +54,8 @@ class FakeSupervisor {
     return answer_;
   }
   std::string hello() const { return hello_; }
+  // The connection ended (the answer line was read, or the listener hung up).
+  bool done() const { return done_; }
 
  private:
   static void ReadLine(int fd, std::string& into) {
@@ -61,6 +65,7 @@ class FakeSupervisor {
   std::vector<std::string> lines_;
   std::string dir_, path_, hello_, answer_;
   int fd_ = -1;
+  std::atomic<bool> done_{false};
   std::thread thread_;
 };
 

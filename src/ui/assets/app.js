@@ -30,6 +30,8 @@ function size(n) {
   return (i ? n.toFixed(1) : String(n)) + ' ' + u[i];
 }
 
+function plural(n, noun) { return n + ' ' + noun + (n === 1 ? '' : 's'); }
+
 function time(ms) { return new Date(ms).toISOString().replace('.000', ''); }
 
 function say(text, bad) {
@@ -197,7 +199,7 @@ async function viewTraffic(name, f) {
   const method = select('f-method', ['', 'GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'CONNECT'], f.method);
   const status = select('f-status', ['', '2xx', '3xx', '4xx', '5xx'], f.status);
   const only = select('f-only', ['', 'leaks', 'refused', 'swaps'], f.only);
-  const count = el('span', {id: 'traffic-count'}, data.records.length + ' requests');
+  const count = el('span', {id: 'traffic-count'}, plural(data.records.length, 'request'));
   show(el('h2', {}, 'Traffic of ', el('a', {href: '#/ws/' + encodeURIComponent(name)}, name),
           el('span', {class: 'live', id: 'live'}, ' live')),
        el('form', {class: 'filters', id: 'filters'}, 'Host ', host, ' Method ', method, ' Status ', status,
@@ -213,7 +215,7 @@ async function viewTraffic(name, f) {
     const r = JSON.parse(ev.data);
     if (!matches(f, r)) return;
     body.prepend(trafficRow(r));
-    count.textContent = (++n) + ' requests';
+    count.textContent = plural(++n, 'request');
   };
   live.onerror = () => document.getElementById('live') && (document.getElementById('live').textContent = ' (live: reconnecting)');
 }
@@ -295,8 +297,18 @@ async function answer(q, grant) {
   route();
 }
 
-async function viewConsent() {
+// The consent view polls the broker's questions every second but re-renders only when they
+// changed (a click on a grant button is never lost to a redraw).
+let consentShown = null;
+
+async function viewConsent(refresh) {
+  clearTimeout(consentTimer);
   const pending = await api('/api/consent');
+  if (location.hash !== '#/consent') return;  // navigated away meanwhile
+  consentTimer = setTimeout(() => viewConsent(true).catch(e => say(e.message, true)), 1000);
+  const key = JSON.stringify(pending);
+  if (refresh && key === consentShown) return;
+  consentShown = key;
   const cards = pending.map(q => el('section', {class: 'question', 'data-id': q.id, 'data-workspace': q.workspace},
     el('h3', {}, q.workspace + ' asks to use ', el('span', {class: 'c-cred'}, q.cred)),
     el('p', {class: 'c-request'}, q.kind === 'ssh' ? q.request + ' ' + q.fingerprint
@@ -309,8 +321,6 @@ async function viewConsent() {
        el('p', {}, 'Credentials set to ask (cloister cred policy NAME CRED --ask once|always) wait here, and in `cloister approve NAME`, for a decision. No answer in time: refused.'),
        el('div', {id: 'consent'}, ...cards),
        pending.length ? null : el('p', {id: 'no-consent'}, 'Nothing is waiting for a decision.'));
-  clearTimeout(consentTimer);
-  consentTimer = setTimeout(() => { if (location.hash === '#/consent') route(); }, 1000);
 }
 
 async function route() {
@@ -337,7 +347,9 @@ async function main() {
     say('no session: open the URL that cloister ui printed', true);
     return;
   }
-  window.addEventListener('hashchange', route);
+  // A new view starts with an empty status line: the last action's result belongs to the view
+  // it was run from (a re-render of the same view keeps it).
+  window.addEventListener('hashchange', () => { say(''); route(); });
   await route();
 }
 
