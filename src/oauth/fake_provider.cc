@@ -89,6 +89,11 @@ bool FakeProvider::ApproveDevice(const std::string& user_code) {
   return false;
 }
 
+void FakeProvider::set_auto_approve(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto_approve_ = on;
+}
+
 void FakeProvider::set_strict_pkce(bool strict) {
   std::lock_guard<std::mutex> l(mu_);
   strict_pkce_ = strict;
@@ -222,9 +227,10 @@ proxy::testing::Handler FakeProvider::handler() {
       d.device_auth_id = "deviceauth-" + std::to_string(n);
       d.user_code = "FAKE-" + std::to_string(1000 + n);
       d.verifier = "device-verifier-" + std::to_string(n) + std::string(40, 'v');
+      d.approved = auto_approve_;
       devices_.push_back(d);
       w.Send(200, json, nlohmann::json({{"device_auth_id", d.device_auth_id},
-                                        {"user_code", d.user_code}, {"usercode", d.user_code},
+                                        {"user_code", d.user_code},
                                         {"interval", "1"}}).dump());
       return;
     }

@@ -53,6 +53,8 @@ class FakeProvider {
   std::string Authorize(const std::string& code_challenge, const std::string& redirect_uri);
   // The user typed `user_code` at the device page and approved.
   bool ApproveDevice(const std::string& user_code);
+  // Every device code is approved as soon as it is issued (a user who approved at once).
+  void set_auto_approve(bool on);
   // Codes issued only (Authorize, device flow), and PKCE checked on each.
   void set_strict_pkce(bool strict);
   // expires_in of every answer (default 3600).
@@ -94,6 +96,7 @@ class FakeProvider {
   int logins_ = 0;
   bool revoked_ = false;
   bool strict_pkce_ = false;
+  bool auto_approve_ = false;
   int64_t expires_in_ = 3600;
   std::map<std::string, Code> codes_;
   std::vector<Device> devices_;
