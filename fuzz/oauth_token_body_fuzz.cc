@@ -1,13 +1,16 @@
 // Fuzzes what the oauth filter parses of guest bytes: the body of a request to a provider's token
 // endpoint (JSON or urlencoded form), through ParseTokenRequest, SwapRefreshToken and the filter's
 // own body transform with a login in custody (so a body carrying its refresh placeholder reaches
-// the refresh path), and the token response parsers on the same bytes.
+// the refresh path), the token response parsers on the same bytes, and login capture: the
+// provider's answer to a login (LoginFromTokenResponse for both kinds, and CaptureLogin through
+// the filter for an authorization code exchange).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "oauth/custody.h"
+#include "oauth/login_response.h"
 #include "oauth/oauth_filter.h"
 #include "oauth/token_body.h"
 
@@ -26,24 +29,29 @@ std::shared_ptr<LoginCustody> MakeLogin() {
   b.credential = *c;
   b.placeholder = "sk-ant-oat01-CLOISTERaccessPH";
   b.refresh_placeholder = "sk-ant-ort01-CLOISTERrefreshPH";
-  return std::make_shared<LoginCustody>(b, [](const vault::Credential&) { return OkStatus(); });
+  auto ok = [](const vault::Credential&) { return OkStatus(); };
+  return std::make_shared<LoginCustody>(b, ok, nullptr, nullptr, ok);
 }
 
-}  // namespace
+// A ChatGPT capture slot (no login yet), saving to nowhere.
+std::shared_ptr<LoginCustody> MakeSlot() {
+  vault::BoundCredential b;
+  b.credential.kind = vault::CredentialKind::kChatgptSubscription;
+  b.credential.id = "chatgpt-subscription";
+  b.credential.hosts = {"chatgpt.com"};
+  b.credential.oauth.token_hosts = {"auth.openai.com"};
+  b.placeholder = "e30.e30.CLOISTERaccesssignature0123456789";
+  b.id_token_placeholder = "e30.e30.CLOISTERidsignature0123456789";
+  b.refresh_placeholder = "rt_CLOISTERrefreshPH0123456789";
+  auto ok = [](const vault::Credential&) { return OkStatus(); };
+  return std::make_shared<LoginCustody>(b, ok, nullptr, nullptr, ok);
+}
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static std::shared_ptr<LoginCustody> login = MakeLogin();
-  static OauthFilter filter({login});
-  std::string_view in(reinterpret_cast<const char*>(data), size);
-  (void)ParseTokenRequest(in);
-  (void)SwapRefreshToken(in, "REAL");
-  (void)ParseTokenResponse(in);
-  (void)RewriteTokenResponse(in, "A", "R", "");
-
+void ThroughFilter(OauthFilter& filter, const char* host, const char* target, std::string_view in) {
   proxy::RequestHead head;
   head.method = "POST";
-  head.target = "/v1/oauth/token";
-  head.host = "platform.claude.com";
+  head.target = target;
+  head.host = host;
   head.headers = {{"Content-Type", "application/json"}};
   auto v = filter.OnRequestHead(head);
   if (v.ok() && v->body) {
@@ -56,5 +64,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (hold.ok()) (void)v->response->OnBody(rh, std::string(in));
     }
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static std::shared_ptr<LoginCustody> login = MakeLogin();
+  static std::shared_ptr<LoginCustody> slot = MakeSlot();
+  static OauthFilter filter({login, slot});
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  (void)ParseTokenRequest(in);
+  (void)SwapRefreshToken(in, "REAL");
+  (void)ParseTokenResponse(in);
+  (void)RewriteTokenResponse(in, "A", "R", "");
+
+  (void)LoginFromTokenResponse(vault::CredentialKind::kClaudeSubscription, in, 1800000000000);
+  (void)LoginFromTokenResponse(vault::CredentialKind::kChatgptSubscription, in, 1800000000000);
+  ThroughFilter(filter, "platform.claude.com", "/v1/oauth/token", in);
+  ThroughFilter(filter, "auth.openai.com", "/oauth/token", in);
   return 0;
 }

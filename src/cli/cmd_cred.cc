@@ -407,7 +407,17 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
                                    {"scopes", l.scopes},
                                    {"token_hosts", l.token_hosts},
                                    {"expires_at", IsoUtc(l.expires_at_ms / 1000)},
-                                   {"last_refresh", IsoUtc(l.last_refresh)}};
+                                   {"last_refresh", IsoUtc(l.last_refresh)},
+                                   {"source", l.source.empty() ? "import" : l.source}};
+            // The refresh record (oauth/custody.h): the last failure, and a refresh sent whose
+            // answer was never saved (a crash: the stored refresh token may be retired).
+            if (!l.refresh_error.empty()) {
+              arr.back()["login"]["refresh_error"] = l.refresh_error;
+              arr.back()["login"]["refresh_error_at"] = IsoUtc(l.refresh_error_at);
+            }
+            if (l.refresh_started_at != 0) {
+              arr.back()["login"]["refresh_pending_since"] = IsoUtc(l.refresh_started_at);
+            }
           }
         }
         if (*json) {
@@ -432,6 +442,16 @@ void AddCredCommand(CLI::App& app, Cli& cli) {
                       << " expires " << l["expires_at"].get<std::string>() << " refreshed "
                       << l["last_refresh"].get<std::string>() << "\t"
                       << c["placeholder"].get<std::string>() << "\n";
+            if (l.contains("refresh_error")) {
+              cli.out() << "  refresh failed " << l["refresh_error_at"].get<std::string>() << ": "
+                        << l["refresh_error"].get<std::string>() << "\n";
+            }
+            if (l.contains("refresh_pending_since")) {
+              cli.out() << "  refresh sent " << l["refresh_pending_since"].get<std::string>()
+                        << " and not saved (in flight, or interrupted: if the workspace is not "
+                           "running, the login may be lost; log in again in the workspace or "
+                           "`cloister cred import`)\n";
+            }
             continue;
           }
           cli.out() << c["id"].get<std::string>() << "\t" << hosts << "\t"

@@ -60,6 +60,37 @@ TEST_F(CredImportTest, ImportListsTheLoginAndNeverPrintsATokenThenRmForgetsIt) {
   EXPECT_EQ(nlohmann::json::parse(after.out)["credentials"].size(), 0u);
 }
 
+// The refresh record the running workspace saves (oauth/custody.h): a failed refresh and a
+// refresh sent but never saved (a crash) are shown, with the way out.
+TEST_F(CredImportTest, LsShowsAFailedAndAnInterruptedRefresh) {
+  ASSERT_EQ(Run({"cred", "import", "dev", "claude", "--from", file_}).code, 0);
+  Outcome before = Run({"cred", "ls", "dev"});
+  EXPECT_EQ(before.out.find("refresh failed"), std::string::npos) << before.out;
+  EXPECT_EQ(before.out.find("not saved"), std::string::npos) << before.out;
+  {
+    vault::VaultLocation loc{store_.root() + "/keys", store_.root() + "/workspaces/dev/secrets.enc",
+                             "dev"};
+    auto v = vault::Vault::Open(loc, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v.ok()) << v.error().ToString();
+    vault::Credential c = *v->Find("claude-subscription");
+    c.oauth.refresh_error = "refused by the provider (HTTP 400); if it persists, log in again";
+    c.oauth.refresh_error_at = 1800000000;
+    c.oauth.refresh_started_at = 1800000100;
+    v->Put(c);
+    ASSERT_TRUE(v->Save().ok());
+  }
+  Outcome text = Run({"cred", "ls", "dev"});
+  EXPECT_NE(text.out.find("refresh failed 2027-01-15T08:00:00Z: refused by the provider (HTTP 400)"),
+            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("refresh sent 2027-01-15T08:01:40Z and not saved"), std::string::npos)
+      << text.out;
+  auto doc = nlohmann::json::parse(Run({"cred", "ls", "dev", "--json"}).out);
+  const auto& l = doc["credentials"][0]["login"];
+  EXPECT_EQ(l["source"], "import");
+  EXPECT_EQ(l["refresh_pending_since"], "2027-01-15T08:01:40Z");
+  EXPECT_NE(l["refresh_error"].get<std::string>().find("HTTP 400"), std::string::npos);
+}
+
 // The provider rotates refresh tokens: two workspaces refreshing one login would log each other
 // out, so the second import of the same host login is refused with the way out.
 TEST_F(CredImportTest, TheSameLoginIsRefusedInASecondWorkspace) {

@@ -16,7 +16,18 @@
 //
 // The persist function writes the login to the vault (atomically: write, fsync, rename) BEFORE
 // Complete makes the new tokens current and wipes the old ones, so a crash between the provider's
-// answer and the save leaves the vault with the old login intact, never a torn one.
+// answer and the save leaves the vault with the old login intact, never a torn one. BeginRefresh
+// first saves the login with `refresh_started_at` set (the refresh record, vault/credential.h)
+// and refuses when that save fails: after a crash between the provider's answer and the save the
+// vault says the stored refresh token may be retired (`cred ls`: "refresh interrupted"), so what
+// a crash loses is stated, never silent. A refused or unanswered refresh is saved as
+// `refresh_error` (the refresh timer's failures show in `cred ls` the same way).
+//
+// Login capture (a login typed in the guest): a custody made from a capture slot
+// (vault::Vault::BindCaptureSlots: placeholders, no token) has no login until CaptureLogin takes
+// the provider's answer to the authorization code exchange: the new login is saved with `create`
+// (which adds it to the vault) BEFORE the guest gets the answer with placeholders; a custody that
+// holds a login is replaced the same way (the user logged in again, perhaps as someone else).
 //
 // Thread safe (one mutex; the persist function runs under it, so saves are ordered).
 // SECURITY: real tokens leave this object only as the return value of AccessToken/BeginRefresh
@@ -47,9 +58,11 @@ class LoginCustody {
   using TraceFn = std::function<void(const proxy::TraceRecord&)>;
   using Clock = std::function<int64_t()>;  // unix milliseconds
 
-  // `bound`: the login and its placeholders (vault::Vault::Bind). `persist` is required.
+  // `bound`: the login and its placeholders (vault::Vault::Bind), or a capture slot (no token).
+  // `persist` replaces the login in the vault (and refuses one `cred rm` removed); `create` adds
+  // or replaces it (login capture); without `create` CaptureLogin refuses (fail closed).
   LoginCustody(vault::BoundCredential bound, PersistFn persist, TraceFn trace = nullptr,
-               Clock clock = nullptr);
+               Clock clock = nullptr, PersistFn create = nullptr);
   ~LoginCustody();
   LoginCustody(const LoginCustody&) = delete;
   LoginCustody& operator=(const LoginCustody&) = delete;
@@ -65,8 +78,18 @@ class LoginCustody {
   bool IsRefreshPlaceholder(std::string_view token) const;
 
   // The current real access token (a save pending from kUnsaved is retried first; its failure
-  // does not stop the request: the token in memory is the live one).
+  // does not stop the request: the token in memory is the live one). "" without a login.
   std::string AccessToken();
+
+  // False for a capture slot until a login was captured.
+  bool has_login();
+  // The provider's 200 answer to a login's authorization code exchange (guest bytes did not make
+  // it; the proxy holds it): a new login, saved with `create` before this returns, becomes
+  // current (the old one, if any, is wiped). Returns the body the guest gets (placeholders in
+  // place of every token). An error (nothing of the answer may reach the guest) when the answer
+  // is not a usable login (login_response.h), a refresh is in flight, or the save failed (the
+  // captured tokens are then wiped: nothing was held before that could be lost).
+  Result<std::string> CaptureLogin(std::string_view provider_body);
 
   // kIdle -> kInFlight; returns the real refresh token to send. kUnavailable: a refresh is in
   // flight, or the last refresh is still unsaved and saving failed again.
@@ -80,11 +103,20 @@ class LoginCustody {
 
   RefreshState state();
   int64_t expires_at_ms();
+  int64_t last_refresh_ms();  // the last refresh, capture or import (unix ms)
+  std::string refresh_error();  // the last failed refresh, "" after a success
+  std::vector<std::string> scopes();
+  const std::string& refresh_placeholder() const { return refresh_ph_; }  // not secret
+  // A refresh that failed before reaching the provider (the refresh timer: no answer from the
+  // proxy): saved in the refresh record like a refused one. No-op while one is in flight.
+  void NoteRefreshFailure(const std::string& error);
   vault::Credential Snapshot();  // SECURITY: a copy with the real tokens (tests, cred ls)
 
  private:
   Status SaveLocked();  // kUnsaved -> kIdle when the save works
-  void TraceRefresh(int status, const std::string& error);
+  // Saves the refresh record after a failed refresh (best effort: the tokens did not change).
+  void RecordFailureLocked(const std::string& error, bool maybe_retired);
+  void TraceRefresh(int status, const std::string& error, const char* what = "oauth-refresh");
 
   const vault::CredentialKind kind_;
   const std::string id_;
@@ -92,6 +124,7 @@ class LoginCustody {
   // Placeholders (not secret). ChatGPT: access_sig_/id_sig_ are the JWT placeholders' signatures.
   const std::string access_ph_, refresh_ph_, id_ph_, access_sig_, id_sig_;
   PersistFn persist_;
+  PersistFn create_;
   TraceFn trace_;
   Clock clock_;
 

@@ -43,6 +43,8 @@ TEST_P(CustodyTest, RefreshRotatesSavesFirstAndAnswersPlaceholders) {
   ASSERT_TRUE(real.ok());
   EXPECT_EQ(*real, old_refresh);
   EXPECT_EQ(c.state(), RefreshState::kInFlight);
+  // The refresh record is on disk before the single-use token leaves.
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_started_at, 1800000000);
   // One refresh in flight per login: a second one would reuse the single-use token.
   auto second = c.BeginRefresh();
   ASSERT_FALSE(second.ok());
@@ -54,9 +56,12 @@ TEST_P(CustodyTest, RefreshRotatesSavesFirstAndAnswersPlaceholders) {
   auto guest = c.CompleteRefresh(answer);
   ASSERT_TRUE(guest.ok()) << guest.error().ToString();
   EXPECT_EQ(c.state(), RefreshState::kIdle);
-  // Saved to the vault before it became current, and the vault now holds the rotated token.
-  ASSERT_EQ(saved.size(), 1u);
-  EXPECT_EQ(saved[0], parsed->refresh_token);
+  // Saved to the vault before it became current, and the vault now holds the rotated token
+  // (the first save is the refresh record, with the old token).
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0], old_refresh);
+  EXPECT_EQ(saved[1], parsed->refresh_token);
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_started_at, 0);
   EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, parsed->refresh_token);
   EXPECT_EQ(tv.Stored(b.credential.id).value, parsed->access_token);
   EXPECT_EQ(c.AccessToken(), parsed->access_token);
@@ -85,13 +90,23 @@ TEST_P(CustodyTest, ProviderRefusalKeepsTheOldLogin) {
   FakeProvider p(jwt);
   TempVault tv;
   vault::BoundCredential b = tv.Import(p, jwt);
-  int saves = 0;
-  LoginCustody c(b, [&](const vault::Credential&) { ++saves; return OkStatus(); });
+  std::vector<vault::Credential> saves;
+  LoginCustody c(b, [&](const vault::Credential& l) { saves.push_back(l); return OkStatus(); });
   ASSERT_TRUE(c.BeginRefresh().ok());
   c.AbortRefresh(400);
   EXPECT_EQ(c.state(), RefreshState::kIdle);
   EXPECT_EQ(c.AccessToken(), b.credential.value);
-  EXPECT_EQ(saves, 0);
+  // Saved: the refresh record, then the failure (same tokens; `cred ls` shows the error).
+  ASSERT_EQ(saves.size(), 2u);
+  for (const auto& l : saves) EXPECT_EQ(l.oauth.refresh_token, b.credential.oauth.refresh_token);
+  EXPECT_NE(saves[1].oauth.refresh_error.find("HTTP 400"), std::string::npos);
+  EXPECT_EQ(saves[1].oauth.refresh_started_at, 0);  // refused: the token was not used up
+  EXPECT_EQ(c.refresh_error(), saves[1].oauth.refresh_error);
+  // No answer at all: the provider may have rotated; the record keeps saying so.
+  ASSERT_TRUE(c.BeginRefresh().ok());
+  c.AbortRefresh(0);
+  EXPECT_NE(saves.back().oauth.refresh_started_at, 0);
+  EXPECT_NE(saves.back().oauth.refresh_error.find("may be retired"), std::string::npos);
   // A 200 that carries no tokens changes nothing either.
   ASSERT_TRUE(c.BeginRefresh().ok());
   EXPECT_FALSE(c.CompleteRefresh(R"({"error":"weird"})").ok());
@@ -113,12 +128,10 @@ TEST_P(CustodyTest, SaveFailureAfterRotationKeepsTheNewLoginAndRetries) {
   TempVault tv;
   vault::BoundCredential b = tv.Import(p, jwt);
   auto persister = VaultPersister(tv.loc, vault::KeyBackend::kFile);
-  int fail = 2;  // the save fails twice
+  int calls = 0;  // the refresh record's save works; the next two saves fail
   LoginCustody c(b, [&](const vault::Credential& login) -> Status {
-    if (fail > 0) {
-      --fail;
-      return Error(ErrorCode::kIo, "injected: no space left on device");
-    }
+    ++calls;
+    if (calls == 2 || calls == 3) return Error(ErrorCode::kIo, "injected: no space left on device");
     return persister(login);
   });
   ASSERT_TRUE(c.BeginRefresh().ok());
@@ -128,8 +141,9 @@ TEST_P(CustodyTest, SaveFailureAfterRotationKeepsTheNewLoginAndRetries) {
   ASSERT_FALSE(guest.ok());
   EXPECT_EQ(c.state(), RefreshState::kUnsaved);
   EXPECT_NE(guest.error().message().find("could not save"), std::string::npos);
-  // The vault still holds the old login, whole.
+  // The vault still holds the old login, whole, with the record saying a refresh was sent.
   EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, b.credential.oauth.refresh_token);
+  EXPECT_NE(tv.Stored(b.credential.id).oauth.refresh_started_at, 0);
   // A refresh now would have to use the new token; it waits for the save (fails once more).
   auto blocked = c.BeginRefresh();
   ASSERT_FALSE(blocked.ok());
@@ -139,6 +153,7 @@ TEST_P(CustodyTest, SaveFailureAfterRotationKeepsTheNewLoginAndRetries) {
   EXPECT_EQ(c.AccessToken(), parsed->access_token);
   EXPECT_EQ(c.state(), RefreshState::kIdle);
   EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_token, parsed->refresh_token);
+  EXPECT_EQ(tv.Stored(b.credential.id).oauth.refresh_started_at, 0);
   auto next = c.BeginRefresh();
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(*next, parsed->refresh_token);

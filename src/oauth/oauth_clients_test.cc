@@ -12,7 +12,9 @@
 
 #include "base/subprocess.h"
 #include "image/npm_tarball.h"
+#include "oauth/custody.h"
 #include "oauth/test_util.h"
+#include "oauth/wiring.h"
 #include "vault/guest_files.h"
 
 namespace cloister::oauth {
@@ -83,6 +85,36 @@ TEST_F(OauthClientsTest, ClaudeCodeReadsThePlaceholderLoginAsASubscriptionLogin)
   b.credential.oauth.scopes = {"user:profile"};
   std::string bad = Run(Home("bad", b), {claude, "auth", "status"});
   EXPECT_NE(bad.find("\"loggedIn\": false"), std::string::npos) << bad;
+}
+
+// A login captured in the guest has no plan (the token answer does not carry one): at the next
+// boot its guest file (from the vault, subscriptionType null) is still a claude.ai login to the
+// client's own loader.
+TEST_F(OauthClientsTest, ClaudeCodeReadsACapturedLoginAtTheNextBoot) {
+  std::string claude = Extract("anthropic-ai-claude-code-linux-x64-2.1.332.tgz", "package/claude");
+  FakeProvider p(false);
+  TempVault tv;
+  auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  auto slots = v->BindCaptureSlots();
+  ASSERT_TRUE(slots.ok());
+  LoginCustody slot(slots->front(), nullptr, nullptr, nullptr,
+                    VaultPersister(tv.loc, vault::KeyBackend::kFile, "", true));
+  auto [status, answer] = p.Exchange(
+      R"({"grant_type":"authorization_code","code":"c","code_verifier":"v"})");
+  ASSERT_EQ(status, 200) << answer;
+  ASSERT_TRUE(slot.CaptureLogin(answer).ok());
+  auto again = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
+  ASSERT_TRUE(again.ok());
+  auto bound = again->Bind();
+  ASSERT_TRUE(bound.ok());
+  ASSERT_EQ(bound->size(), 1u);
+  EXPECT_TRUE(bound->front().credential.oauth.plan.empty());
+  std::string out = Run(Home("captured", bound->front()), {claude, "auth", "status"});
+  auto j = nlohmann::json::parse(out.substr(std::min(out.find('{'), out.size())), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["loggedIn"], true) << out;
+  EXPECT_EQ(j["authMethod"], "claude.ai") << out;
 }
 
 TEST_F(OauthClientsTest, CodexReadsThePlaceholderLoginAsAChatgptLogin) {

@@ -14,6 +14,9 @@ namespace {
 struct TokenCall {
   std::shared_ptr<LoginCustody> login;  // set once a refresh of this login began
   bool finished = false;                // CompleteRefresh or AbortRefresh ran
+  // A login in the guest (authorization code exchange) toward this custody's token hosts: its
+  // 200 answer is captured (LoginCustody::CaptureLogin).
+  std::shared_ptr<LoginCustody> capture;
 };
 
 std::string PathOf(const std::string& target) {
@@ -44,6 +47,17 @@ class TokenBodyTransform : public proxy::BodyTransform {
   Result<std::string> End() override {
     auto req = ParseTokenRequest(buf_);
     if (!req.ok()) return req.error();
+    if (req->grant_type == "authorization_code") {
+      // A login typed in the guest (Claude's pasted code, Codex's device code): the guest's
+      // request goes as it is; its answer is taken into the custody of this host's kind.
+      for (const auto& login : logins_) {
+        if (vault::HostInAnyScope(host_, login->token_hosts())) {
+          call_->capture = login;
+          break;
+        }
+      }
+      return std::move(buf_);
+    }
     if (req->grant_type != "refresh_token" || req->refresh_token.empty()) return std::move(buf_);
     for (const auto& login : logins_) {
       if (!login->IsRefreshPlaceholder(req->refresh_token)) continue;
@@ -112,6 +126,18 @@ class TokenResponseTransform : public proxy::ResponseTransform {
       vault::SecureWipe(body);
       return out;
     }
+    if (call_->capture && head.status == 200) {
+      // SECURITY: saved to the vault before the guest gets the answer, with placeholders only;
+      // an answer that cannot be parsed or saved is an error (502): nothing real is forwarded.
+      auto out = call_->capture->CaptureLogin(body);
+      vault::SecureWipe(body);
+      if (!out.ok()) {
+        return Error(ErrorCode::kPermissionDenied,
+                     "cloister: the login could not be taken into custody: " +
+                         out.error().message() + " (" + out.error().hint() + ")");
+      }
+      return out;
+    }
     if (CarriesTokens(body)) {
       vault::SecureWipe(body);
       // The message is what the guest sees (the proxy answers 502 with it): it carries the fix.
@@ -171,6 +197,7 @@ Result<proxy::FilterVerdict> OauthFilter::OnRequestHead(proxy::RequestHead& head
       if (!login->IsAccessPlaceholder(token)) continue;
       if (!vault::HostInAnyScope(head.host, login->api_hosts())) continue;  // the detector's
       std::string real = login->AccessToken();
+      if (real.empty()) continue;  // a capture slot before its login: the API refuses the placeholder
       vault::SecureWipe(value);
       value = "Bearer " + real;
       vault::SecureWipe(real);

@@ -13,10 +13,16 @@
 //        BeginRefresh: one in flight per login, else 403 with a retry hint), and the 200 answer
 //        held (<= 256 KiB), taken into custody and saved to the vault before the guest gets the
 //        same document with placeholders (LoginCustody::CompleteRefresh);
-//      - anything else (a login in the guest: authorization_code, device code exchange; or a
-//        refresh with a token that is not a placeholder): the answer is held, and one that carries
-//        an access, refresh or id token is refused (502, nothing of it forwarded) with the hint to
-//        import the login on the host: no real token ever reaches a guest buffer.
+//      - a login in the guest (grant_type=authorization_code: Claude's pasted code, Codex's
+//        device code exchange) toward the token hosts of a login or capture slot: forwarded as
+//        sent; the 200 answer is held (<= 256 KiB) and taken into that custody
+//        (LoginCustody::CaptureLogin: saved to the vault first), the guest gets it with
+//        placeholders; an answer that cannot be parsed or saved is refused (502, nothing of it
+//        forwarded);
+//      - anything else (a refresh with a token that is not a placeholder, another grant): the
+//        answer is held, and one that carries an access, refresh or id token is refused (502,
+//        nothing of it forwarded) with the hint to import the login on the host: no real token
+//        ever reaches a guest buffer.
 //
 // Thread safe (the custodies are; the filter itself is immutable).
 #pragma once

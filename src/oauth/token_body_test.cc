@@ -1,4 +1,5 @@
 #include "oauth/token_body.h"
+#include "oauth/login_response.h"
 
 #include <gtest/gtest.h>
 
@@ -69,6 +70,37 @@ TEST(TokenBodyTest, RewriteReplacesEveryTokenAndKeepsTheRest) {
   EXPECT_FALSE(doc.contains("id_token"));  // no placeholder for it: removed
   EXPECT_EQ(doc["expires_in"], 5);
   EXPECT_EQ(doc["account"]["email_address"], "e");
+}
+
+// The provider's answer to a login typed in the guest, as capture reads it.
+TEST(LoginFromTokenResponseTest, ClaudeNeedsInferenceScopeAndARefreshToken) {
+  std::string access = "sk-ant-oat01-" + std::string(93, 'q') + "AA";
+  std::string refresh = "sk-ant-ort01-" + std::string(93, 'r') + "AA";
+  auto answer = [&](const std::string& scope, const std::string& rt) {
+    return R"({"access_token":")" + access + R"(","refresh_token":")" + rt +
+           R"(","expires_in":28800,"scope":")" + scope +
+           R"(","account":{"uuid":"u-1","email_address":"dev@example.test"}})";
+  };
+  auto ok = LoginFromTokenResponse(vault::CredentialKind::kClaudeSubscription,
+                                   answer("user:inference user:profile", refresh), 1'800'000'000'000);
+  ASSERT_TRUE(ok.ok()) << ok.error().ToString();
+  EXPECT_EQ(ok->value, access);
+  EXPECT_EQ(ok->oauth.refresh_token, refresh);
+  EXPECT_EQ(ok->oauth.expires_at_ms, 1'800'000'000'000 + 28800 * 1000);
+  EXPECT_EQ(ok->oauth.account, "dev@example.test");
+  EXPECT_EQ(ok->oauth.source, "capture");
+  EXPECT_EQ(ok->oauth.token_hosts,
+            vault::DefaultTokenHosts(vault::CredentialKind::kClaudeSubscription));
+  auto console = LoginFromTokenResponse(vault::CredentialKind::kClaudeSubscription,
+                                        answer("org:create_api_key user:profile", refresh), 0);
+  ASSERT_FALSE(console.ok());
+  EXPECT_NE(console.error().message().find("user:inference"), std::string::npos);
+  EXPECT_EQ(console.error().ToString().find(access), std::string::npos);  // no token in errors
+  EXPECT_FALSE(LoginFromTokenResponse(vault::CredentialKind::kClaudeSubscription,
+                                      answer("user:inference", ""), 0).ok());
+  // ChatGPT wants JWTs.
+  EXPECT_FALSE(LoginFromTokenResponse(vault::CredentialKind::kChatgptSubscription,
+                                      answer("openid", refresh), 0).ok());
 }
 
 }  // namespace

@@ -12,15 +12,25 @@
 
 namespace cloister::oauth {
 
-Result<std::shared_ptr<OauthFilter>> AddOauthFilters(proxy::ProxyConfig& cfg,
-                                                     LoginCustody::PersistFn persist) {
+Result<std::shared_ptr<OauthFilter>> AddOauthFilters(
+    proxy::ProxyConfig& cfg, LoginCustody::PersistFn persist,
+    std::vector<vault::BoundCredential> capture_slots, LoginCustody::PersistFn create) {
   std::shared_ptr<proxy::TraceSink> trace = cfg.trace;
   auto trace_fn = [trace](const proxy::TraceRecord& rec) {
     if (trace) trace->Write(rec);
   };
   std::vector<std::shared_ptr<LoginCustody>> logins;
   std::vector<vault::BoundCredential> extra;
-  for (vault::BoundCredential& b : cfg.credentials) {
+  // The slots join the credentials: their access placeholder is then scoped to the API hosts
+  // by the detector exactly as a held login's (after BuildGuestCredentials: no guest file).
+  for (vault::BoundCredential& slot : capture_slots) {
+    if (!vault::IsSubscriptionKind(slot.credential.kind) || !slot.credential.value.empty()) {
+      return Error(ErrorCode::kInvalidArgument, "not a capture slot: " + slot.credential.id);
+    }
+    cfg.credentials.push_back(std::move(slot));
+  }
+  for (size_t i = 0; i < cfg.credentials.size(); ++i) {
+    vault::BoundCredential& b = cfg.credentials[i];
     const vault::Credential& c = b.credential;
     if (!vault::IsSubscriptionKind(c.kind)) continue;
     if (b.refresh_placeholder.empty() || b.placeholder.empty()) {
@@ -42,7 +52,7 @@ Result<std::shared_ptr<OauthFilter>> AddOauthFilters(proxy::ProxyConfig& cfg,
       }
       entry(":id", std::string(vault::JwtSignature(b.id_token_placeholder)));
     }
-    logins.push_back(std::make_shared<LoginCustody>(b, persist, trace_fn));
+    logins.push_back(std::make_shared<LoginCustody>(b, persist, trace_fn, nullptr, create));
     if (c.kind == vault::CredentialKind::kChatgptSubscription) {
       b.placeholder = std::string(vault::JwtSignature(b.placeholder));
     }
@@ -61,8 +71,9 @@ Result<std::shared_ptr<OauthFilter>> AddOauthFilters(proxy::ProxyConfig& cfg,
 }
 
 LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::KeyBackend backend,
-                                       std::string lock_path) {
-  return [location, backend, lock_path](const vault::Credential& login) -> Status {
+                                       std::string lock_path, bool create, Env* env) {
+  if (env == nullptr) env = Env::Default();
+  return [location, backend, lock_path, create, env](const vault::Credential& login) -> Status {
     int fd = -1;
     if (!lock_path.empty()) {
       fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -83,12 +94,14 @@ LoginCustody::PersistFn VaultPersister(vault::VaultLocation location, vault::Key
       }
     } unlock{fd};
     ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(location, backend));
-    if (v.Find(login.id) == nullptr) {
+    if (!create && v.Find(login.id) == nullptr) {
       // `cred rm` ran while the workspace was up: the login was let go, do not resurrect it.
       return Error(ErrorCode::kNotFound, "login " + login.id + " was removed from the vault");
     }
     v.Put(login);
-    return v.Save();
+    return v.Save([env](const std::string& path, std::string_view data, uint32_t mode) {
+      return env->AtomicWriteFile(path, std::string(data), mode);
+    });
   };
 }
 

@@ -1,5 +1,7 @@
 #include "supervisor/egress.h"
 
+#include <sys/socket.h>
+
 #include <cstdlib>
 #include <utility>
 
@@ -90,6 +92,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   std::unique_ptr<Egress> e(new Egress());
   proxy::ProxyConfig cfg;
   cfg.workspace = options.workspace;
+  std::vector<vault::BoundCredential> capture_slots;  // login capture (oauth/wiring.h)
   {
     // The vault lives only for this block: Bind() copies what the proxy needs and the Vault's
     // destructor wipes its key material.
@@ -97,6 +100,7 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
                                          options.keys_dir, options.secrets_file, options.workspace},
                                      options.key_backend));
     ASSIGN_OR_RETURN(cfg.credentials, v.Bind());
+    ASSIGN_OR_RETURN(capture_slots, v.BindCaptureSlots());
     cfg.llm_body_policy = v.llm_body_policy();
   }
   // Built from placeholders only: BuildGuestCredentials never reads a value.
@@ -109,13 +113,15 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
   (void)aws;
   // Subscription logins (oauth/wiring.h): access token swap, host-side refresh saved to this
   // workspace's vault, and the token endpoint guard (always on).
+  // A login typed in the guest is captured into this workspace's vault (capture slots).
+  vault::VaultLocation vault_at{options.keys_dir, options.secrets_file, options.workspace};
   ASSIGN_OR_RETURN(auto oauth, oauth::AddOauthFilters(
-                                   cfg, oauth::VaultPersister(
-                                            vault::VaultLocation{options.keys_dir,
-                                                                 options.secrets_file,
-                                                                 options.workspace},
-                                            options.key_backend, options.config_lock)));
-  (void)oauth;
+                                   cfg,
+                                   oauth::VaultPersister(vault_at, options.key_backend,
+                                                         options.config_lock),
+                                   std::move(capture_slots),
+                                   oauth::VaultPersister(vault_at, options.key_backend,
+                                                         options.config_lock, /*create=*/true)));
   ASSIGN_OR_RETURN(cfg.ca, proxy::CertAuthority::LoadOrCreate(options.keys_dir));
   cfg.on_compromise = std::move(options.on_compromise);
   cfg.consent = std::move(options.consent);
@@ -145,13 +151,32 @@ Result<std::unique_ptr<Egress>> Egress::Start(EgressOptions options) {
                              0644, "root"});
   e->guest_.env["SSH_AUTH_SOCK"] = kGuestAgentSocket;
   e->guest_.ca_pem = cfg.ca->cert_pem();
+  std::string ca_pem = cfg.ca->cert_pem();
   ASSIGN_OR_RETURN(e->proxy_, proxy::Proxy::Start(std::move(cfg)));
+  // The host-side refresh timer sends its refreshes through this proxy (a socketpair per
+  // refresh), so they take the guest's path: custody, vault, trace, egress policy.
+  if (!oauth->logins().empty()) {
+    proxy::Proxy* p = e->proxy_.get();
+    e->refresh_timer_ = std::make_unique<oauth::RefreshTimer>(
+        oauth->logins(), oauth::ProxyRefresher(
+                             [p]() -> Result<int> {
+                               int sv[2];
+                               if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+                                 return Error(ErrorCode::kIo, "socketpair for the refresh timer");
+                               }
+                               p->Serve(sv[0]);
+                               return sv[1];
+                             },
+                             ca_pem));
+    e->refresh_timer_->Start();
+  }
   return e;
 }
 
 Egress::~Egress() { Stop(); }
 
 void Egress::Stop() {
+  if (refresh_timer_) refresh_timer_->Stop();
   if (proxy_) proxy_->Stop();
 }
 

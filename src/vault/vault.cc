@@ -50,6 +50,10 @@ Result<Credential> OauthFromJson(CredentialKind kind, const nlohmann::json& c,
   login.account_id = str("account_id");
   login.last_refresh = num("last_refresh");
   login.token_hosts = StringList(o, "token_hosts");
+  login.refresh_started_at = num("refresh_started_at");
+  login.refresh_error = str("refresh_error");
+  login.refresh_error_at = num("refresh_error_at");
+  login.source = str("source");
   return MakeOauthCredential(kind, c["value"].get<std::string>(), std::move(login), hosts);
 }
 
@@ -195,6 +199,12 @@ Status Vault::Remove(std::string_view id) {
 }
 
 Status Vault::Save() const {
+  return Save([](const std::string& path, std::string_view data, uint32_t mode) {
+    return WriteFileAtomic(path, data, static_cast<mode_t>(mode));
+  });
+}
+
+Status Vault::Save(const AtomicWriter& write) const {
   nlohmann::json creds = nlohmann::json::array();
   for (const Credential& c : credentials_) {
     creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
@@ -211,7 +221,10 @@ Status Vault::Save() const {
                                {"expires_at_ms", o.expires_at_ms}, {"scopes", o.scopes},
                                {"plan", o.plan}, {"rate_limit_tier", o.rate_limit_tier},
                                {"account", o.account}, {"account_id", o.account_id},
-                               {"last_refresh", o.last_refresh}, {"token_hosts", o.token_hosts}};
+                               {"last_refresh", o.last_refresh}, {"token_hosts", o.token_hosts},
+                               {"refresh_started_at", o.refresh_started_at},
+                               {"refresh_error", o.refresh_error},
+                               {"refresh_error_at", o.refresh_error_at}, {"source", o.source}};
     }
   }
   nlohmann::json blobs = nlohmann::json::object();
@@ -225,7 +238,7 @@ Status Vault::Save() const {
   auto sealed = AeadSeal(master_key_, Aad(location_.workspace), plain);
   SecureWipe(plain);
   if (!sealed.ok()) return sealed.error();
-  return WriteFileAtomic(location_.secrets_file, std::string(kMagic) + *sealed, 0600);
+  return write(location_.secrets_file, std::string(kMagic) + *sealed, 0600);
 }
 
 void Vault::PutBlob(std::string_view name, std::string bytes) {
@@ -255,6 +268,50 @@ Status Vault::RemoveBlob(std::string_view name) {
 
 Result<std::string> Vault::PlaceholderFor(const Credential& cred) const {
   return MakePlaceholder(salt_, location_.workspace, cred);
+}
+
+Result<std::vector<BoundCredential>> Vault::BindCaptureSlots() const {
+  std::vector<BoundCredential> out;
+  for (CredentialKind kind :
+       {CredentialKind::kClaudeSubscription, CredentialKind::kChatgptSubscription}) {
+    bool held = false;
+    for (const Credential& c : credentials_) held |= c.kind == kind;
+    if (held) continue;
+    BoundCredential b;
+    b.credential.kind = kind;
+    b.credential.id = KindName(kind);
+    b.credential.hosts = InfoFor(kind).default_hosts;
+    b.credential.oauth.token_hosts = DefaultTokenHosts(kind);
+    // The usual shapes (the placeholder depends only on prefix, length and alphabet).
+    auto one = [&](const std::string& suffix, std::string shape) -> Result<std::string> {
+      Credential t;
+      t.kind = kind;
+      t.id = b.credential.id + suffix;
+      t.value = std::move(shape);
+      return PlaceholderFor(t);
+    };
+    if (kind == CredentialKind::kClaudeSubscription) {
+      ASSIGN_OR_RETURN(b.placeholder, one("", "sk-ant-oat01-" + std::string(93, 'a') + "AA"));
+      ASSIGN_OR_RETURN(b.refresh_placeholder,
+                       one(":refresh", "sk-ant-ort01-" + std::string(93, 'a') + "AA"));
+    } else {
+      // JWT placeholders are known by their signature; "e30" is "{}" (the header and payload of
+      // a captured token follow the real one's public claims, vault/placeholder.h).
+      ASSIGN_OR_RETURN(std::string access_sig,
+                       JwtPlaceholderSignature(salt_, location_.workspace,
+                                               b.credential.id + ":access", 342));
+      ASSIGN_OR_RETURN(std::string id_sig,
+                       JwtPlaceholderSignature(salt_, location_.workspace,
+                                               b.credential.id + ":id", 342));
+      b.placeholder = "e30.e30." + access_sig;
+      b.id_token_placeholder = "e30.e30." + id_sig;
+      ASSIGN_OR_RETURN(b.refresh_placeholder,
+                       one(":refresh", "rt_" + std::string(40, 'a') + std::string(40, 'A') +
+                                           std::string(20, '0')));
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 Result<std::vector<BoundCredential>> Vault::Bind() const {

@@ -17,6 +17,8 @@
 // the result to the proxy; the Vault object is then destroyed (its key material wiped).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -85,9 +87,21 @@ class Vault {
 
   // Encrypts and atomically replaces the secrets file.
   Status Save() const;
+  // The same through `write` (write PATH.tmp, fsync, rename, fsync the directory), so a caller can
+  // run the save against a fault-injecting filesystem (oauth/wiring.h: the store's Env).
+  using AtomicWriter =
+      std::function<Status(const std::string& path, std::string_view data, uint32_t mode)>;
+  Status Save(const AtomicWriter& write) const;
 
   Result<std::string> PlaceholderFor(const Credential& cred) const;
   Result<std::vector<BoundCredential>> Bind() const;
+  // Login capture (oauth/): for each subscription kind this vault holds no login of, a slot whose
+  // credential has the kind, id and scopes but no token, and the placeholders a login captured in
+  // the guest will get. They are Bind()'s placeholders for tokens of the usual shape (Claude:
+  // sk-ant-oat01-/sk-ant-ort01- and 95 more characters; ChatGPT: RS256 JWTs, a 342-character
+  // signature), so the detector knows them before the login happens and the next boot keeps them
+  // when the real tokens have that shape. SECURITY: no secret in the result.
+  Result<std::vector<BoundCredential>> BindCaptureSlots() const;
   const std::string& key_backend() const { return key_backend_; }
 
  private:
