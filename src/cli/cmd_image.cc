@@ -48,8 +48,9 @@ Error ImageInUse(const std::string& name, const std::vector<std::string>& users,
                "clones the same image again at the next start)");
 }
 
-Result<catalog::ImageEntry> RunBuild(bool test, const image::BuildOptions& b) {
+Result<catalog::ImageEntry> RunBuild(bool test, bool browser, const image::BuildOptions& b) {
   if (test) return image::BuildTestImage(b);
+  if (browser) return image::BuildBrowserImage(b);
   return image::BuildFullImage(b);
 }
 
@@ -75,6 +76,7 @@ Status WriteExportCatalog(CatalogStore& store, const std::string& dir, const std
 void AddBuild(CLI::App& image, Cli& cli) {
   struct Opts {
     bool test = false;
+    bool browser = false;
     std::string out;
     std::string channel = "published";
   };
@@ -82,8 +84,13 @@ void AddBuild(CLI::App& image, Cli& cli) {
   auto* cmd = image.add_subcommand(
       "build",
       "Build the default base image (debian-12) from Debian 12 packages, sign it into the local "
-      "catalog; --test builds the tiny busybox test image in seconds");
-  cmd->add_flag("--test", o->test, "Build the test image instead of debian-12");
+      "catalog; --test builds the tiny busybox test image in seconds, --browser the browser VM's "
+      "image (Debian's chromium)");
+  auto* test_flag = cmd->add_flag("--test", o->test, "Build the test image instead of debian-12");
+  cmd->add_flag("--browser", o->browser,
+                "Build the browser image (Debian 12's chromium on a busybox base, for "
+                "`cloister browser`) instead of debian-12")
+      ->excludes(test_flag);
   cmd->add_option("--out", o->out,
                   "Publish to DIR instead of the store: DIR/<name>/ artifacts plus a catalog "
                   "signed by this host's key for --channel, for `image import` elsewhere");
@@ -92,7 +99,9 @@ void AddBuild(CLI::App& image, Cli& cli) {
   cmd->callback([&cli, o] {
     std::string store_root = cli.StoreRoot();
     CatalogStore store(store_root);
-    std::string name = o->test ? image::kTestImageName : image::kFullImageName;
+    std::string name = o->test      ? image::kTestImageName
+                       : o->browser ? image::kBrowserImageName
+                                    : image::kFullImageName;
     image::BuildOptions b;
     b.cache_dir = store_root + "/" + catalog::names::kDebCacheDir;
     b.progress = [&cli](const std::string& line) { cli.err() << line << std::endl; };
@@ -110,7 +119,7 @@ void AddBuild(CLI::App& image, Cli& cli) {
       b.work_dir = images + "/" + catalog::names::kWorkPrefix + name;
     }
     auto start = std::chrono::steady_clock::now();
-    auto entry = RunBuild(o->test, b);
+    auto entry = RunBuild(o->test, o->browser, b);
     if (!entry.ok()) {
       cli.Fail(entry.error());
       return;

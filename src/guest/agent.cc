@@ -35,6 +35,7 @@
 #include "base/strings.h"
 #include "channel/exec_proto.h"
 #include "channel/mux.h"
+#include "guest/browser.h"
 #include "guest/exec_server.h"
 #include "guest/listeners.h"
 #include "guest/tcp_connect.h"
@@ -498,6 +499,30 @@ int RunAgent(const AgentOptions& o) {
     }
   }
 
+  // A browser VM (guest/browser.h): Chromium instead of the terminal and tmux; READY once its
+  // DevTools port accepts. If the profile cannot be mounted, no Chromium and no READY.
+  std::unique_ptr<BrowserSupervisor> browser;
+  if (config->browser.enabled) {
+    auto user = LookupUser(config->user, o.passwd_path, o.group_path);
+    if (!user.ok()) {
+      log("browser: " + user.error().message());
+    } else {
+      BrowserOptions bo;
+      bo.config = config->browser;
+      bo.user = *user;
+      bo.env = CommandEnv(*user, config->env, {}, "");
+      bo.proxy = BrowserProxy(*config);
+      bo.ca_file = config->ca_certificate.empty() ? "" : o.ca_file;
+      bo.switch_user = o.switch_user;
+      bo.log = [log](const std::string& line) { log(line); };
+      browser = std::make_unique<BrowserSupervisor>(std::move(bo));
+      if (auto st = browser->Start(); !st.ok()) {
+        log("browser: not started: " + st.error().message() + " (" + st.error().hint() + ")");
+        browser.reset();
+      }
+    }
+  }
+
   const int64_t setup_ms = BootMs();
   log("setup done in " + std::to_string(setup_ms - agent_ms) + " ms (guest clock " +
       std::to_string(setup_ms) + " ms)");
@@ -534,6 +559,29 @@ int RunAgent(const AgentOptions& o) {
 
   // The ready probe, then the tmux session, then READY (now and in every later session).
   std::thread([&, cfg = *config, tool] {
+    if (cfg.browser.enabled) {
+      if (!browser) {
+        log("browser: Chromium is not running: not sending READY");
+        return;
+      }
+      // Chromium's first start under TCG takes tens of seconds: at least five minutes.
+      auto st = browser->WaitUntilAccepting(std::chrono::seconds(std::max(cfg.ready_timeout_s, 300)));
+      if (!st.ok()) {
+        log("browser: " + st.error().message() + ": not sending READY");
+        return;
+      }
+      const int64_t probe_ms = BootMs();
+      std::lock_guard<std::mutex> l(shared.mu);
+      const int64_t init_ms = std::min(InitStartMs(), agent_ms);
+      std::string marks = TimingsSuffix(init_ms, agent_ms, setup_ms, probe_ms, BootMs());
+      log("timings (ms since the kernel started):" + marks.substr(8));
+      ready_info = std::string(kVersion) + " boot " + cfg.boot_id + marks;
+      ready = true;
+      log("browser: DevTools accepts on 127.0.0.1:" + std::to_string(cfg.browser.cdp_port) +
+          ": READY");
+      if (shared.mux) shared.mux->SendReady(ready_info);
+      return;
+    }
     auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
     if (!user.ok()) {
       log("ready check: " + user.error().message());

@@ -22,6 +22,16 @@ bool ValidEnvName(const std::string& k) {
   return true;
 }
 
+// "/dev/" and 1..32 of [a-z0-9]: a device node name, nothing that walks elsewhere.
+bool ValidDevicePath(const std::string& p) {
+  if (p.rfind("/dev/", 0) != 0 || p.size() <= 5 || p.size() > 5 + 32) return false;
+  for (size_t i = 5; i < p.size(); ++i) {
+    char ch = p[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<AgentConfig> ParseAgentConfig(const std::string& text) {
@@ -129,6 +139,27 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
   if (j.contains("auto_ports") && !j["auto_ports"].is_null()) {
     if (!j["auto_ports"].is_boolean()) return Bad("auto_ports must be a boolean");
     c.auto_ports = j["auto_ports"].get<bool>();
+  }
+  if (j.contains("browser") && !j["browser"].is_null()) {
+    // SECURITY: the port becomes one argv element of Chromium's command line and the device a
+    // mount source: both are checked to be exactly a port and a /dev/NAME path.
+    const auto& b = j["browser"];
+    if (!b.is_object()) return Bad("browser must be an object");
+    c.browser.enabled = true;
+    if (b.contains("cdp_port")) {
+      if (!b["cdp_port"].is_number_integer() || b["cdp_port"].get<int64_t>() < 1 ||
+          b["cdp_port"].get<int64_t>() > 65535) {
+        return Bad("browser.cdp_port must be a port (1..65535)");
+      }
+      c.browser.cdp_port = b["cdp_port"].get<int>();
+    }
+    if (b.contains("profile_device") && !b["profile_device"].is_null()) {
+      if (!b["profile_device"].is_string()) return Bad("browser.profile_device must be a string");
+      c.browser.profile_device = b["profile_device"].get<std::string>();
+      if (!c.browser.profile_device.empty() && !ValidDevicePath(c.browser.profile_device)) {
+        return Bad("browser.profile_device must be \"\" or a /dev/NAME block device");
+      }
+    }
   }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");

@@ -38,6 +38,15 @@ struct TransparentConfig {
   int dns_port = protocol::kTransparentDnsPort;    // the agent's DNS (0.0.0.0, UDP and TCP)
 };
 
+// The browser role (issue #18; guest/browser.h): present only in a browser VM's config.json.
+struct BrowserConfig {
+  bool enabled = false;  // the "browser" key is present
+  int cdp_port = protocol::kBrowserCdpPort;  // Chromium's DevTools port, on 127.0.0.1 only
+  // "" = the profile lives on a tmpfs; else the block device of the ext4 profile filesystem the
+  // host made (a LUKS-encrypted qcow2 QEMU decrypts), mounted at kBrowserProfileMount.
+  std::string profile_device;
+};
+
 struct AgentConfig {
   int version = 1;
   std::string workspace;
@@ -62,6 +71,8 @@ struct AgentConfig {
   std::string workdir;
   // --auto-ports: report the guest's listening TCP ports to the host (guest/listeners.h).
   bool auto_ports = false;
+  // A browser VM: no home disk (home_device ""), no tmux; Chromium instead (guest/browser.h).
+  BrowserConfig browser;
 };
 
 Result<AgentConfig> ParseAgentConfig(const std::string& json);

@@ -1,8 +1,10 @@
-// Building cloister base images. Two recipes share one output shape (catalog::ImageEntry with a
+// Building cloister base images. Three recipes share one output shape (catalog::ImageEntry with a
 // raw ext4 disk, a kernel and an initramfs) and one path into the signed catalog:
 //   - the test image (`cloister image build --test`): busybox + tmux on Debian's standard kernel,
 //     built in seconds from .deb files, for the VM tests;
-//   - the full image (`cloister image build`): Debian 12 from mmdebstrap with systemd.
+//   - the full image (`cloister image build`): Debian 12 from mmdebstrap with systemd;
+//   - the browser image (`cloister image build --browser`): Debian's chromium on the test
+//     image's busybox base, for the browser VM (issue #18).
 // Both are reproducible: same package versions in, same SHA-256 out.
 #pragma once
 
@@ -17,6 +19,8 @@
 namespace cloister::image {
 
 inline constexpr char kTestImageName[] = "test";
+// The browser VM's image (issue #18; `cloister image build --browser`).
+inline constexpr char kBrowserImageName[] = "browser";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
@@ -27,6 +31,8 @@ inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client
 inline constexpr char kFullRecipeVersion[] = "3";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
 // sshd runs per channel stream), rsync, dev not locked for sshd
+
+inline constexpr char kBrowserRecipeVersion[] = "1";
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
@@ -39,6 +45,11 @@ struct BuildOptions {
 
 // The tiny test image. Boots under TCG to its init in seconds; the init runs the boot hook.
 Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& options);
+
+// The browser image: Debian 12's chromium and its dependency closure (apt's, less what only a
+// package manager, an init system or a GPU uses), certutil, nftables, busybox init and the boot
+// hook, on the test image's initramfs. No root needed; about a minute from a warm package cache.
+Result<catalog::ImageEntry> BuildBrowserImage(const BuildOptions& options);
 
 // The full Debian 12 image (mmdebstrap, systemd, the standard kernel and Debian's initramfs,
 // user dev with passwordless sudo, git curl ca-certificates openssh-client tmux python3 nodejs

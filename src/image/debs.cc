@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <map>
@@ -132,6 +133,40 @@ Result<std::vector<DebPackage>> FetchDebs(const std::string& cache_dir,
     }
   }
   return out;
+}
+
+std::vector<std::string> ParseSimulatedInstalls(const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string& line : Split(text, '\n')) {
+    if (!StartsWith(line, "Inst ")) continue;
+    std::string rest = line.substr(5);
+    std::string name = rest.substr(0, rest.find(' '));
+    if (!name.empty()) out.push_back(name);
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> DependencyClosure(const std::vector<std::string>& roots) {
+  // An empty status file: apt plans the install onto an empty system, whatever this host has.
+  std::vector<std::string> argv{"apt-get", "-s", "-q", "-o", "Dir::State::status=/dev/null",
+                                "-o", "Debug::NoLocking=1", "--no-install-recommends",
+                                "install"};
+  argv.insert(argv.end(), roots.begin(), roots.end());
+  RunOptions opts;
+  opts.env_set = {{"LC_ALL", "C"}};
+  auto r = RunProcessChecked(argv, opts);
+  if (!r.ok()) {
+    return r.error().WithContext("resolving the dependencies of " + Join(roots, " "))
+        .WithHint("run `apt-get update` so apt knows Debian 12's packages");
+  }
+  std::vector<std::string> names = ParseSimulatedInstalls(r->out);
+  for (const auto& root : roots) {
+    if (std::find(names.begin(), names.end(), root) == names.end()) {
+      return Error(ErrorCode::kNotFound, "apt would not install " + root,
+                   "run `apt-get update` so apt knows Debian 12's packages");
+    }
+  }
+  return names;
 }
 
 Result<std::string> StandardKernelPackage() {

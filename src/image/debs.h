@@ -23,6 +23,13 @@ struct DebPackage {
 Result<std::vector<DebPackage>> FetchDebs(const std::string& cache_dir,
                                           const std::vector<std::string>& packages);
 
+// The packages an install of `roots` onto an empty system needs (Depends and Pre-Depends, no
+// Recommends), as apt itself resolves them: `apt-get -s --no-install-recommends install` against
+// an empty dpkg status, in apt's install order. Same archive state in, same list out.
+Result<std::vector<std::string>> DependencyClosure(const std::vector<std::string>& roots);
+// The package names of the "Inst NAME (...)" lines of `apt-get -s` output (DependencyClosure).
+std::vector<std::string> ParseSimulatedInstalls(const std::string& apt_output);
+
 // Debian's standard amd64 kernel package ("linux-image-6.1.0-NN-amd64"), the one that
 // linux-image-amd64 currently depends on. Never the cloud flavour (it lacks 9p).
 Result<std::string> StandardKernelPackage();

@@ -14,6 +14,7 @@
 #include "catalog/sha256.h"
 #include "image/boot_hook.h"
 #include "image/builder.h"
+#include "image/busybox_root.h"
 #include "image/debs.h"
 #include "image/kmod.h"
 #include "image/npm_tarball.h"
@@ -67,6 +68,8 @@ const std::vector<std::string>& TestPackages() {
   return k;
 }
 
+}  // namespace
+
 // Modules the initramfs loads (with their dependencies): disks, console, net, rng, ext4, 9p, and
 // what nftables needs for the guest agent's NAT redirect and rejects (the rootfs has no module
 // tree, so nothing can be loaded on demand later), the dummy device for the egress route, and the
@@ -80,6 +83,8 @@ const std::vector<std::string>& InitramfsModules() {
   return k;
 }
 
+namespace {
+
 std::vector<catalog::PostInstallStep> TestPostInstall() {
   std::vector<catalog::PostInstallStep> steps;
   // npm (unpacked from its verified tarball before these steps) on PATH, as `npm install -g` would.
@@ -89,6 +94,15 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
                    "ln -sf ../lib/node_modules/npm/bin/npx-cli.js \"$1/usr/local/bin/npx\"\n"
                    "chmod 0755 \"$1/usr/local/lib/node_modules/npm/bin/npm-cli.js\" "
                    "\"$1/usr/local/lib/node_modules/npm/bin/npx-cli.js\"\n"});
+  for (auto& s : BusyboxRootSteps()) steps.push_back(std::move(s));
+  steps.push_back(BootHookStep());
+  return steps;
+}
+
+}  // namespace
+
+std::vector<catalog::PostInstallStep> BusyboxRootSteps() {
+  std::vector<catalog::PostInstallStep> steps;
   steps.push_back({"prune",
                    "rm -rf \"$1/usr/share/doc\" \"$1/usr/share/man\" \"$1/usr/share/info\" "
                    "\"$1/usr/share/lintian\" \"$1/usr/share/locale\" \"$1/usr/share/bug\" "
@@ -145,7 +159,6 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
                    "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
                    "export LANG=C.UTF-8\n"
                    "EOF\n"});
-  steps.push_back(BootHookStep());
   return steps;
 }
 
@@ -185,7 +198,24 @@ std::string DebVersion(const std::vector<DebPackage>& debs, const std::string& n
   return "";
 }
 
-}  // namespace
+Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
+                            const std::string& work, const std::string& initrd, size_t* modules) {
+  std::string ir = work + "/initramfs";
+  RETURN_IF_ERROR(MakeDirs(ir + "/bin"));
+  RETURN_IF_ERROR(CopyFile(rootfs + "/bin/busybox", ir + "/bin/busybox"));
+  if (chmod((ir + "/bin/busybox").c_str(), 0755) != 0) return ErrnoError("chmod busybox", errno);
+  ASSIGN_OR_RETURN(std::string dep, ReadFile(kernel.modules + "/modules.dep"));
+  ASSIGN_OR_RETURN(std::vector<std::string> order, ModuleLoadOrder(dep, InitramfsModules()));
+  for (const auto& rel : order) {
+    std::string dst = ir + "/lib/modules/" + rel;
+    RETURN_IF_ERROR(MakeDirs(fs::path(dst).parent_path().string()));
+    RETURN_IF_ERROR(CopyFile(kernel.modules + "/" + rel, dst));
+  }
+  RETURN_IF_ERROR(WriteFile(ir + "/init", InitramfsInit(order), 0755));
+  RETURN_IF_ERROR(MakeCpio(ir, initrd, kSourceDateEpoch));
+  if (modules) *modules = order.size();
+  return OkStatus();
+}
 
 Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   if (o.out_dir.empty() || o.cache_dir.empty()) {
@@ -230,21 +260,10 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
               " post-install steps");
 
   stages.Start("initramfs");
-  std::string ir = work + "/initramfs";
-  RETURN_IF_ERROR(MakeDirs(ir + "/bin"));
-  RETURN_IF_ERROR(CopyFile(root + "/bin/busybox", ir + "/bin/busybox"));
-  if (chmod((ir + "/bin/busybox").c_str(), 0755) != 0) return ErrnoError("chmod busybox", errno);
-  ASSIGN_OR_RETURN(std::string dep, ReadFile(kernel.modules + "/modules.dep"));
-  ASSIGN_OR_RETURN(std::vector<std::string> order, ModuleLoadOrder(dep, InitramfsModules()));
-  for (const auto& rel : order) {
-    std::string dst = ir + "/lib/modules/" + rel;
-    RETURN_IF_ERROR(MakeDirs(fs::path(dst).parent_path().string()));
-    RETURN_IF_ERROR(CopyFile(kernel.modules + "/" + rel, dst));
-  }
-  RETURN_IF_ERROR(WriteFile(ir + "/init", InitramfsInit(order), 0755));
   std::string initrd = o.out_dir + "/" + catalog::names::kInitrdFile;
-  RETURN_IF_ERROR(MakeCpio(ir, initrd, kSourceDateEpoch));
-  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(order.size()) + " modules");
+  size_t modules = 0;
+  RETURN_IF_ERROR(MakeBusyboxInitramfs(root, kernel, work, initrd, &modules));
+  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(modules) + " modules");
 
   stages.Start("disk");
   uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;

@@ -17,8 +17,8 @@
 namespace cloister::image::testing {
 namespace {
 
-Status HashArtifacts(SharedImage& img) {
-  img.entry.name = kTestImageName;
+Status HashArtifacts(SharedImage& img, const char* name = kTestImageName) {
+  img.entry.name = name;
   img.entry.arch = "amd64";
   img.entry.kernel_cmdline = kKernelCmdline;
   img.entry.artifacts.clear();
@@ -40,35 +40,51 @@ std::string TestCacheRoot() {
 
 std::string TestCacheDir() { return TestCacheRoot() + "/debs"; }
 
-Result<SharedImage> SharedTestImage() {
+namespace {
+
+// A recipe's image, built once per build tree into TEST-CACHE/image-<tag>/ under a lock.
+Result<SharedImage> SharedRecipeImage(const std::string& tag, const char* name,
+                                      const char* recipe_version,
+                                      Result<catalog::ImageEntry> (*build)(const BuildOptions&)) {
   std::string root = TestCacheRoot();
   RETURN_IF_ERROR(MakeDirs(root));
-  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(root + "/image-test.lock"));
+  ASSIGN_OR_RETURN(FlockGuard lock, FlockGuard::Acquire(root + "/image-" + tag + ".lock"));
   SharedImage img;
-  img.dir = root + "/image-test";
+  img.dir = root + "/image-" + tag;
   std::string marker = img.dir + "/.recipe";
   auto have = ReadFile(marker);
-  bool fresh = have.ok() && *have == std::string(kTestRecipeVersion) + "\n";
+  bool fresh = have.ok() && *have == std::string(recipe_version) + "\n";
   Status status;
   if (!fresh) {
     BuildOptions o;
     o.out_dir = img.dir;
-    o.work_dir = root + "/image-test.work";
+    o.work_dir = root + "/image-" + tag + ".work";
     o.cache_dir = TestCacheDir();
     o.progress = [](const std::string& l) { std::cerr << l << "\n"; };
     (void)RemoveTree(img.dir);
-    auto e = BuildTestImage(o);
+    auto e = build(o);
     if (e.ok()) {
       img.entry = *e;
-      status = WriteFile(marker, std::string(kTestRecipeVersion) + "\n");
+      status = WriteFile(marker, std::string(recipe_version) + "\n");
     } else {
       status = e.error();
     }
   } else {
-    status = HashArtifacts(img);
+    status = HashArtifacts(img, name);
   }
   if (!status.ok()) return status.error();
   return img;
+}
+
+}  // namespace
+
+Result<SharedImage> SharedTestImage() {
+  return SharedRecipeImage("test", kTestImageName, kTestRecipeVersion, &BuildTestImage);
+}
+
+Result<SharedImage> SharedBrowserTestImage() {
+  return SharedRecipeImage("browser", kBrowserImageName, kBrowserRecipeVersion,
+                           &BuildBrowserImage);
 }
 
 Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes) {

@@ -32,6 +32,12 @@ Result<SharedImage> SharedTestImage();
 // read-only for callers like SharedTestImage().
 Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes);
 
+// The browser image (image/builder.h BuildBrowserImage), built once per build tree under a lock in
+// $CLOISTER_BINARY_DIR/test-cache/image-browser/ (about a minute from a warm package cache, 1 GiB
+// sparse disk), rebuilt when kBrowserRecipeVersion changes. Read-only for callers like
+// SharedTestImage(): boot it with snapshot=on or a qcow2 overlay.
+Result<SharedImage> SharedBrowserTestImage();
+
 class TempDir {
  public:
   TempDir() {
