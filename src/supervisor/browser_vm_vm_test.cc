@@ -104,7 +104,8 @@ srv.listen(9222, '127.0.0.1');
 const char kProfile[] =
     ". /etc/profile.d/cloister.sh 2>/dev/null\n"
     "if mkdir /tmp/fake-chromium.started 2>/dev/null; then\n"
-    "  setsid node /usr/local/bin/chromium >/tmp/fake-chromium.log 2>&1 < /dev/null &\n"
+    "  S=; command -v setsid >/dev/null && S=setsid\n"
+    "  $S node /usr/local/bin/chromium >/tmp/fake-chromium.log 2>&1 < /dev/null &\n"
     "fi\n";
 
 // In the workspace guest: GET http://127.0.0.1:9222<path> -> "HTTP <status> <body>" or "ERR ...".
