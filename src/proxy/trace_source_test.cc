@@ -37,7 +37,9 @@ TEST(TraceSourceTest, ServedWithASourceEveryRecordCarriesIt) {
   ASSERT_NO_FATAL_FAILURE(env.StartProxy({}));
   const std::string get_ws = "GET http://nowhere.test/ws HTTP/1.1\r\nHost: nowhere.test\r\n\r\n";
   const std::string get_br = "GET http://nowhere.test/br HTTP/1.1\r\nHost: nowhere.test\r\n\r\n";
-  const std::string connect = "CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\n";
+  // Not TLS inside the tunnel: refused and traced by the CONNECT handler.
+  const std::string connect =
+      "CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\nnot TLS at all\r\n";
   const std::string transparent =
       "nowhere.test 80\nGET /tr HTTP/1.1\r\nHost: nowhere.test\r\n\r\n";
   Exchange(env, get_ws, "", false);
