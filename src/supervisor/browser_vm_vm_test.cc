@@ -151,7 +151,7 @@ class BrowserVmVmTest : public testing::CliVmTest {
   // GET through the workspace guest's CDP endpoint.
   std::string Get(const std::string& path) {
     int code = -1;
-    std::string out = Exec("ws", "node -e \"$1\" -- \"$2\" 2>&1", &code, "dev", {kGet, path});
+    std::string out = Exec("ws", "node -e \"$0\" -- \"$1\" 2>&1", &code, "dev", {kGet, path});
     return Trim(out);
   }
   // The fake's /json/version, retried (bounded) while dev's login shell is starting it.
@@ -250,7 +250,9 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   EXPECT_EQ(BrowserDirs().size(), 1u);
   EXPECT_EQ(b.value("memory_mib", 0), 384);
   auto ls = Cloister({"ls", "--json"});
-  EXPECT_NE(ls.out.find("\"browser\":\"running\""), std::string::npos) << ls.out;
+  json ls_j = json::parse(ls.out, nullptr, false);
+  ASSERT_TRUE(ls_j.is_array() && ls_j.size() == 1u) << ls.out;
+  EXPECT_EQ(ls_j[0].value("browser", ""), "running") << ls.out;
   auto describe = Cloister({"describe", "ws"});
   EXPECT_NE(describe.out.find("Browser:     running"), std::string::npos) << describe.out;
   auto twice = StartBrowser();
@@ -265,7 +267,7 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   ASSERT_NE(version.find("FakeChromium/1.0"), std::string::npos) << version;
   EXPECT_NE(version.find("\"had_cookie\":false"), std::string::npos) << version;
   int code = -1;
-  std::string ws = Exec("ws", "node -e \"$1\" 2>&1", &code, "dev", {kWs});
+  std::string ws = Exec("ws", "node -e \"$0\" 2>&1", &code, "dev", {kWs});
   EXPECT_NE(ws.find("101 Switching Protocols"), std::string::npos) << ws;
   EXPECT_NE(ws.find("ECHO hello-cdp"), std::string::npos) << ws;
 
