@@ -61,7 +61,8 @@ const srv = http.createServer((req, res) => {
   if (req.url.startsWith('/fetch?')) {
     const q = new URL(req.url, 'http://x').searchParams;
     const body = q.get('body');
-    const r = https.request(q.get('url'), {method: body ? 'POST' : 'GET', timeout: 60000,
+    const url = q.get('url');
+    const r = (url.startsWith('http:') ? http : https).request(url, {method: body ? 'POST' : 'GET', timeout: 60000,
         headers: body ? {'content-type': 'application/x-www-form-urlencoded'} : {}}, (up) => {
       let d = '';
       if (up.headers['set-cookie']) fs.writeFileSync(cookies, String(up.headers['set-cookie']));
