@@ -110,9 +110,14 @@ int main(int argc, char** argv) {
     double cdp_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (code != 0) ok = false;
     pid_t pid = nlohmann::json::parse(b.out, nullptr, false)["browser"].value("qemu_pid", 0);
+    if (pid <= 0) {
+      std::cerr << "browser_bench: no QEMU pid in " << b.out << "\n";
+      ok = false;
+      break;
+    }
     // Idle, then the host's view of the browser QEMU (not a timing assertion: a figure).
     std::this_thread::sleep_for(std::chrono::seconds(idle_s));
-    long rss = bench::ProcKib(pid, "status", "VmRSS"), pss = bench::ProcKib(pid, "smaps_rollup", "Pss");
+    long rss = bench::ProcKib(pid, "status", "VmRSS:"), pss = bench::ProcKib(pid, "smaps_rollup", "Pss:");
     auto stop = s->Cli({"browser", "ws", "stop"}, env);
     bool gone = access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0;
     if (stop.exit_code != 0 || !gone) ok = false;
