@@ -78,6 +78,13 @@ TEST(BootPlanTest, AFreshBootPassesEveryFileAsAnFdInOrder) {
   EXPECT_TRUE(plan->build_meta_disk);
   EXPECT_EQ(plan->meta_disk, "/s/workspaces/ws/run/meta.img");
   EXPECT_TRUE(plan->truncate_console_log);
+  // The guest's listeners: the proxy and SSH agent defaults, and the browser's DevTools (cdp).
+  std::vector<std::string> forwards;
+  for (const MetaForward& f : plan->meta.forwards) forwards.push_back(f.listen + " " + f.service);
+  EXPECT_EQ(forwards, (std::vector<std::string>{"tcp:127.0.0.1:3128 proxy",
+                                                "unix:/run/cloister/ssh-agent.sock ssh-agent",
+                                                "tcp:127.0.0.1:9222 cdp"}));
+  EXPECT_FALSE(plan->meta.browser.has_value());
 
   const VmSpec& spec = plan->spec;
   EXPECT_EQ(spec.name, "ws");
