@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "supervisor/control.h"
 #include "supervisor/launcher.h"
 
 namespace cloister::cli {
@@ -34,6 +35,9 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
       j["directory"] = info->paths.dir;
       j["compromised"] = c.compromised;
       j["mac"] = c.mac;
+      j["browser"] = vs.info.contains("browser") && vs.info["browser"].is_object()
+                         ? vs.info["browser"]
+                         : nlohmann::json{{"state", "stopped"}};
       nlohmann::json layers = nlohmann::json::array();
       for (const LayerUsage& u : info->layers) {
         layers.push_back({{"file", u.layer.file},
@@ -75,6 +79,16 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
         << "Memory:      " << c.memory_mib << " MiB\n"
         << "CPUs:        " << c.cpus << "\n"
         << "MAC:         " << c.mac << "\n";
+    if (auto b = vs.info.find("browser"); b != vs.info.end() && b->is_object() &&
+                                          vm::JsonString(*b, "state") == "running") {
+      out << "Browser:     running (QEMU pid " << b->value("qemu_pid", 0) << ", "
+          << b->value("memory_mib", 0) << " MiB, " << b->value("cpus", 0)
+          << " CPU; CDP at http://127.0.0.1:9222 in the workspace)\n";
+    } else {
+      out << "Browser:     " << (b != vs.info.end() && b->is_object() && !vm::JsonString(*b, "state").empty()
+                                    ? vm::JsonString(*b, "state") : std::string("stopped"))
+          << "\n";
+    }
     for (const Volume& v : c.volumes) {
       out << "Volume:      " << v.host << " -> " << v.guest << (v.read_only ? " (ro)" : "") << "\n";
     }

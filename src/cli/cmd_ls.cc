@@ -5,6 +5,8 @@
 #include "cli/commands.h"
 #include "cli/remote.h"
 #include "cli/store_verbs.h"
+#include "supervisor/browser_vm.h"
+#include "supervisor/control.h"
 #include "supervisor/launcher.h"
 
 namespace cloister::cli {
@@ -84,6 +86,14 @@ void ListAllContexts(Cli& cli, const std::string& store_flag, bool json) {
 
 }  // namespace
 
+// The browser VM's state from the supervisor's status answer ("stopped" without one).
+static std::string BrowserState(const vm::VmStatus& vs) {
+  auto b = vs.info.find("browser");
+  if (b == vs.info.end() || !b->is_object()) return "stopped";
+  std::string state = vm::JsonString(*b, "state");
+  return state.empty() ? "stopped" : state;
+}
+
 void AddLsCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand("ls", "List workspaces");
   auto json = std::make_shared<bool>(false);
@@ -102,6 +112,7 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
       cli.Fail(store.error());
       return;
     }
+    vm::CollectStaleBrowserDirs((*store)->root());  // browser VM disks a crash left
     auto list = (*store)->List();
     if (!list.ok()) {
       cli.Fail(list.error());
@@ -117,6 +128,7 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
                             {"allocated_bytes", s.total_allocated}};
         if (!s.problem.empty()) j["problem"] = s.problem;
         if (!vs.hint.empty()) j["hint"] = vs.hint;
+        j["browser"] = BrowserState(vs);
         if (s.config) {
           j["compromised"] = s.config->compromised;
           j["mac"] = s.config->mac;
@@ -141,6 +153,7 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
       else if (s.config && s.config->system_top.empty() && note.empty()) {
         note = "system disk re-cloned at next start";
       }
+      if (BrowserState(vs) != "stopped") note += std::string(note.empty() ? "" : "; ") + "browser " + BrowserState(vs);
       std::snprintf(line, sizeof(line), "%-24s %-10s %-10s %-11zu %-17s ", s.name.c_str(),
                     vm::VmStateName(vs.state), FormatSize(s.total_allocated).c_str(),
                     s.config ? s.config->checkpoints.size() : 0,

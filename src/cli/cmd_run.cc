@@ -22,6 +22,7 @@
 #include "cli/store_verbs.h"
 #include "cli/vault_access.h"
 #include "store/store.h"
+#include "supervisor/browser_vm.h"
 #include "supervisor/control.h"
 #include "supervisor/launcher.h"
 #include "supervisor/supervisor.h"
@@ -98,6 +99,7 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
     if (!opened.ok()) return (void)cli.Fail(opened.error());
     Store& store = **opened;
     vm::CollectDeadEphemeral(store);
+    vm::CollectStaleBrowserDirs(store.root());  // browser VM disks a crash left
 
     auto ports = ParsePublishFlags(o->publish, o->auto_ports, cli.err());
     if (!ports.ok()) return (void)cli.Fail(ports.error());

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
+#include "supervisor/browser_vm.h"
 #include "supervisor/boot_timings.h"
 #include "supervisor/launcher.h"
 #include "supervisor/workspace.h"
@@ -55,6 +56,7 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
     auto store = Store::Open(cli.StoreRoot());
     if (!store.ok()) return (void)cli.Fail(store.error());
     vm::CollectDeadEphemeral(**store);
+    vm::CollectStaleBrowserDirs((*store)->root());  // browser VM disks a crash left
     vm::StartOptions so;
     so.accel = *mode;
     so.ready_timeout = std::chrono::seconds(o->ready_timeout);

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
+#include "supervisor/browser_vm.h"
 #include "supervisor/launcher.h"
 #include "supervisor/workspace.h"
 
@@ -37,6 +38,7 @@ void AddStopCommand(CLI::App& app, Cli& cli) {
       return (void)cli.Fail(st.error());
     }
     vm::CollectDeadEphemeral(**store);
+    vm::CollectStaleBrowserDirs((*store)->root());  // browser VM disks a crash left
   });
 }
 

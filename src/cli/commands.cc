@@ -42,6 +42,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddSshStdioCommand(app, cli);
   AddCompletionCommand(app, cli);
   AddPortCommand(app, cli);
+  AddBrowserCommand(app, cli);
 }
 
 }  // namespace cloister::cli

@@ -45,6 +45,7 @@ void AddSshConfigCommand(CLI::App& app, Cli& cli);
 // Last: it walks the tree the others built (and adds the hidden `_complete-names`).
 void AddCompletionCommand(CLI::App& app, Cli& cli);
 void AddPortCommand(CLI::App& app, Cli& cli);
+void AddBrowserCommand(CLI::App& app, Cli& cli);
 
 // Registers every verb above on `app`.
 void AddAllCommands(CLI::App& app, Cli& cli);

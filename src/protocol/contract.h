@@ -69,4 +69,13 @@ inline constexpr char kGuestSshdAuthorizedKeys[] = "/run/cloister/sshd/authorize
 inline constexpr char kPortsReportService[] = "ports-report";
 inline constexpr unsigned kMaxReportedPorts = 256;
 
+// ---- The browser VM (issue #18; supervisor/browser_vm.h, guest/browser.h) ----
+// Guest-opened by the workspace guest (a forward of 127.0.0.1:kBrowserCdpPort): one stream per
+// CDP connection, which the host splices to the browser VM's host-opened `tcp [kBrowserCdpPort]`.
+inline constexpr char kCdpService[] = "cdp";
+// Chromium's DevTools port in the browser VM, and the workspace guest's listener port.
+inline constexpr int kBrowserCdpPort = 9222;
+// The browser VM's encrypted profile disk, when it has one (browser/profile_disk.h).
+inline constexpr char kBrowserProfileDevice[] = "/dev/vdb";
+
 }  // namespace cloister::protocol

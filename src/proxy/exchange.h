@@ -35,6 +35,7 @@ struct Origin {
   bool transparent = false;
   Authority connect;  // CONNECT authority (tls or transparent)
   std::string sni;    // client's SNI, lower-case, "" if none (tls only)
+  std::string source;  // the trace records' source: "" (the workspace) or "browser"
 };
 
 // Read-only state of one proxy that filters use. Lives as long as the proxy.

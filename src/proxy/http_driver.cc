@@ -23,6 +23,7 @@ awaitable<void> Proxy::Impl::HttpLoop(Client& client, beast::flat_buffer& cbuf,
     rec.host = origin.connect.host;
     rec.port = origin.connect.port;
     if (origin.transparent) rec.mode = "transparent";
+    rec.source = origin.source;
     if (ec) {
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != ssl::error::stream_truncated && ec != asio::error::connection_reset &&
@@ -75,6 +76,7 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   ex.rec.time_ms = NowMs();
   ex.rec.method = std::string(req.method_string());
   if (origin.transparent) ex.rec.mode = "transparent";
+  ex.rec.source = origin.source;
   ex.raw_target = std::string(req.target());
   ex.rec.path = TracePath(ex.raw_target);
   ex.hold_limit = config_.body_hold_bytes;

@@ -58,7 +58,7 @@ Status Proxy::Impl::Init() {
   return OkStatus();
 }
 
-void Proxy::Impl::Serve(int fd, bool transparent) {
+void Proxy::Impl::Serve(int fd, bool transparent, std::string source) {
   if (stopped_) {
     close(fd);
     return;
@@ -76,9 +76,9 @@ void Proxy::Impl::Serve(int fd, bool transparent) {
     return;
   }
   if (transparent) {
-    asio::co_spawn(io, TransparentSession(std::move(sock)), asio::detached);
+    asio::co_spawn(io, TransparentSession(std::move(sock), std::move(source)), asio::detached);
   } else {
-    asio::co_spawn(io, Session(std::move(sock)), asio::detached);
+    asio::co_spawn(io, Session(std::move(sock), std::move(source)), asio::detached);
   }
 }
 
@@ -137,10 +137,11 @@ void Proxy::Impl::Trip(const Exchange& ex) {
 // ---------------------------------------------------------------------------------------------
 // Proxy mode: requests are read here so a CONNECT can take the socket over (tunnel.cc).
 
-awaitable<void> Proxy::Impl::Session(GenericSocket sock) {
+awaitable<void> Proxy::Impl::Session(GenericSocket sock, std::string source) {
   beast::flat_buffer cbuf;
   cbuf.reserve(kIoBuffer);  // read size = capacity (see UpstreamSlot)
   Origin plain;
+  plain.source = source;
   UpstreamSlot<TcpSocket> up;
   // Requests are read here so a CONNECT can take the socket over.
   for (;;) {
@@ -150,6 +151,7 @@ awaitable<void> Proxy::Impl::Session(GenericSocket sock) {
     auto [ec, n] = co_await http::async_read_header(sock, cbuf, parser, kTok);
     TraceRecord rec;
     rec.time_ms = NowMs();
+    rec.source = source;
     if (ec) {
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
@@ -170,7 +172,7 @@ awaitable<void> Proxy::Impl::Session(GenericSocket sock) {
         co_await WriteError(sock, 400, "CONNECT with a body", rec);
         co_return;
       }
-      co_await HandleConnect(std::move(sock), cbuf, target->authority);
+      co_await HandleConnect(std::move(sock), cbuf, target->authority, source);
       co_return;
     }
     // Plain HTTP proxying.
@@ -192,6 +194,10 @@ Result<std::unique_ptr<Proxy>> Proxy::Start(ProxyConfig config) {
 
 void Proxy::Serve(int fd) { impl_->Serve(fd, false); }
 void Proxy::ServeTransparent(int fd) { impl_->Serve(fd, true); }
+void Proxy::Serve(int fd, const std::string& source) { impl_->Serve(fd, false, source); }
+void Proxy::ServeTransparent(int fd, const std::string& source) {
+  impl_->Serve(fd, true, source);
+}
 Result<uint16_t> Proxy::ListenLoopback() { return impl_->ListenLoopback(); }
 void Proxy::Stop() {
   if (impl_) impl_->Stop();

@@ -130,6 +130,10 @@ class Proxy {
   // Same, for a transparent-mode stream: the header line "<host> <port>\n", then the client's
   // raw bytes (see the top of this file and transparent.h).
   void ServeTransparent(int fd);
+  // The same two for a stream of another VM of the workspace (its browser VM): every trace record
+  // of the connection carries `source` (trace.h). Same policy, placeholders and detector.
+  void Serve(int fd, const std::string& source);
+  void ServeTransparent(int fd, const std::string& source);
   // Listens on 127.0.0.1:0 and serves every accepted connection; returns the port.
   Result<uint16_t> ListenLoopback();
   // Closes every connection and joins the threads. Idempotent.

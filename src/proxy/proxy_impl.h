@@ -73,17 +73,18 @@ class Proxy::Impl {
   ~Impl() { Stop(); }
 
   Status Init();
-  void Serve(int fd, bool transparent);
+  void Serve(int fd, bool transparent, std::string source = "");
   Result<uint16_t> ListenLoopback();
   void Stop();
   bool compromised() const { return tripped_.load(); }
 
  private:
-  awaitable<void> Session(GenericSocket sock);
-  awaitable<void> TransparentSession(GenericSocket sock);
+  awaitable<void> Session(GenericSocket sock, std::string source);
+  awaitable<void> TransparentSession(GenericSocket sock, std::string source);
   template <class Up, class Client>
   awaitable<void> HttpLoop(Client& client, beast::flat_buffer& cbuf, const Origin& origin);
-  awaitable<void> HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf, Authority authority);
+  awaitable<void> HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf, Authority authority,
+                                std::string source);
   // The client's bytes in `cbuf` start a TLS handshake: terminate it and serve HTTP inside.
   awaitable<void> InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf, Origin origin,
                                TraceRecord rec);

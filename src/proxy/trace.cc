@@ -22,6 +22,7 @@ nlohmann::json TraceRecord::ToJson() const {
                       {"leaks", leaks_j}, {"blocked", blocked}};
   if (!error.empty()) j["error"] = error;
   if (!mode.empty()) j["mode"] = mode;
+  if (!source.empty()) j["source"] = source;
   if (!consent.empty()) {
     nlohmann::json c = nlohmann::json::array();
     for (const ConsentRecord& d : consent) {
@@ -49,6 +50,7 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
     r.blocked = j.value("blocked", false);
     r.error = j.value("error", "");
     r.mode = j.value("mode", "");
+    r.source = j.value("source", "");
     if (j.contains("swaps") && j["swaps"].is_array()) {
       for (const auto& s : j["swaps"]) {
         if (s.is_string()) r.swaps.push_back(s.get<std::string>());

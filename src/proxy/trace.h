@@ -5,7 +5,8 @@
 // string removed), status, bytes_up/bytes_down (body bytes), latency_ms (request head to end of
 // response), swaps (credential ids substituted), leaks ([{credential, where, encoding, action}]),
 // blocked, error (why the proxy refused or failed, e.g. "egress policy: ..."), mode ("transparent"
-// for the guest's redirected connections, the "egress" service; absent for proxy mode), consent
+// for the guest's redirected connections, the "egress" service; absent for proxy mode), source
+// ("browser" for the workspace's browser VM; absent for the workspace's own VM), consent
 // ([{credential, decision, by, grant_s, asked}]: each ask-before-use decision; absent if none).
 // SECURITY: never a secret value. Placeholders are not secret; real values never reach a record
 // (the proxy only records ids), and query strings are dropped because they may carry other data.
@@ -56,6 +57,8 @@ struct TraceRecord {
   bool blocked = false;
   std::string error;  // short reason for 4xx/5xx produced by the proxy itself
   std::string mode;   // "" (proxy mode: CONNECT / absolute-form) or "transparent"
+  // Which VM sent it: "" (the workspace) or "browser" (its browser VM, supervisor/browser_vm.h).
+  std::string source;
   std::vector<ConsentRecord> consent;  // ask-credentials of this request and their decisions
 
   nlohmann::json ToJson() const;

@@ -23,9 +23,10 @@ int LooksLikeHttp(std::string_view b) {
 }  // namespace
 
 awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf,
-                                           Authority authority) {
+                                           Authority authority, std::string source) {
   TraceRecord rec;
   rec.time_ms = NowMs();
+  rec.source = source;
   rec.method = "CONNECT";
   rec.host = authority.host;
   rec.port = authority.port;
@@ -80,6 +81,7 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   Origin origin;
   origin.tls = true;
   origin.connect = authority;
+  origin.source = source;
   co_await InterceptTls(std::move(sock), cbuf, origin, rec);
 }
 
@@ -157,9 +159,10 @@ awaitable<bool> Proxy::Impl::ReadWithin(GenericSocket& sock, beast::flat_buffer&
   co_return true;
 }
 
-awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock) {
+awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock, std::string source) {
   TraceRecord rec;
   rec.time_ms = NowMs();
+  rec.source = source;
   rec.mode = "transparent";
   beast::flat_buffer cbuf;
   cbuf.reserve(kIoBuffer);
@@ -231,6 +234,7 @@ awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock) {
   Origin origin;
   origin.transparent = true;
   origin.connect = a;
+  origin.source = source;
   if (verdict == 1) {
     origin.tls = true;
     co_await InterceptTls(std::move(sock), cbuf, origin, rec);

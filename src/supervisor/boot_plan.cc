@@ -32,6 +32,13 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
   // Published ports: the guest watches its listeners only when the workspace opted in.
   ASSIGN_OR_RETURN(PortsConfig ports, PortsConfigFromConfig(config));
   meta.auto_ports = ports.auto_ports;
+  // The guest's listeners: the agent's defaults plus the browser's DevTools endpoint
+  // (supervisor/browser_vm.h): each connection to 127.0.0.1:9222 becomes a `cdp` stream, which
+  // the host splices to the workspace's browser VM (refused while none runs).
+  meta.forwards = {{protocol::kGuestProxyListen, protocol::kProxyService},
+                   {protocol::kGuestAgentListen, protocol::kSshAgentService},
+                   {"tcp:127.0.0.1:" + std::to_string(protocol::kBrowserCdpPort),
+                    protocol::kCdpService}};
   if (!config.volumes.empty()) meta.workdir = config.volumes.front().guest;
   for (const auto& [k, v] : ToolEnvironment(config.tool)) meta.env[k] = v;
   ASSIGN_OR_RETURN(auto registry, GuestNpmRegistry(in.npm_registry));

@@ -100,6 +100,10 @@ class Egress {
   void Serve(int fd) { proxy_->Serve(fd); }
   // Hands one transparent-mode guest stream to the same proxy (the mux's "egress" service).
   void ServeTransparent(int fd) { proxy_->ServeTransparent(fd); }
+  // The same for the workspace's browser VM (supervisor/browser_vm.h): the same proxy, with every
+  // trace record of the stream marked `"source": source`.
+  void Serve(int fd, const std::string& source) { proxy_->Serve(fd, source); }
+  void ServeTransparent(int fd, const std::string& source) { proxy_->ServeTransparent(fd, source); }
   bool compromised() const { return proxy_->compromised(); }
   void Stop();
 

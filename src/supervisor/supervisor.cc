@@ -35,6 +35,7 @@
 #include "sshagent/vault_key_store.h"
 #include "store/layout.h"
 #include "supervisor/boot_plan.h"
+#include "supervisor/browser_vm.h"
 #include "supervisor/boot_timings.h"
 #include "supervisor/consent.h"
 #include "supervisor/control.h"
@@ -114,6 +115,7 @@ class Supervisor {
   Status StartEgress();
   Status StartPorts();
   json HandlePorts(const json& req);
+  json HandleBrowser(const json& req);
 
   SupervisorOptions opts_;
   std::unique_ptr<Store> store_;
@@ -167,6 +169,9 @@ class Supervisor {
   // runs, the guest's own with auto-ports. Each connection becomes a kTcpService stream.
   std::shared_ptr<PortForwarder> ports_;
   bool auto_ports_ = false;
+  // The workspace's browser VM (supervisor/browser_vm.h): started by the `browser` op, stopped by
+  // it, by the workspace's QEMU exiting (stop, reboot, suspend), by a compromise and by Cleanup.
+  std::shared_ptr<BrowserVm> browser_;
 };
 
 void Supervisor::Progress(const std::string& stage) {
@@ -280,6 +285,16 @@ Status Supervisor::Init() {
   ASSIGN_OR_RETURN(config_, store_->LoadConfig(opts_.name));
   RETURN_IF_ERROR(Store::CheckNotCompromised(config_));
   ephemeral_ = IsEphemeral(config_);
+  BrowserVm::Options bo;
+  bo.store_root = store_->root();
+  bo.workspace = opts_.name;
+  bo.accel = opts_.accel;
+  bo.sandbox = opts_.sandbox;
+  ASSIGN_OR_RETURN(bo.qemu_id, store_->QemuId(opts_.name));
+  bo.output_path = paths_.supervisor_log;
+  bo.log = Log;
+  bo.ready_timeout = opts_.ready_timeout;
+  browser_ = std::make_shared<BrowserVm>(std::move(bo));
   return OkStatus();
 }
 
@@ -316,7 +331,10 @@ Status Supervisor::StartEgress() {
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
   std::map<std::string, std::string> ssh_resolve = eo.resolve;  // the host key scans go there too
   ASSIGN_OR_RETURN(std::unique_ptr<Egress> egress, Egress::Start(std::move(eo)));
-  egress_ = std::move(egress);
+  {
+    std::lock_guard<std::mutex> l(mu_);  // the `browser` op reads it on a connection thread
+    egress_ = std::move(egress);
+  }
 
   ssh_agent_.reset();
   sshagent::VaultKeyStore keys({store_->root() + "/" + std::string(layout::kKeysDir), wp.secrets,
@@ -490,6 +508,12 @@ Status Supervisor::Boot(bool resume) {
         if (agent) (void)sshagent::ServeAgentConnection(fd, *agent);
         close(fd);
       }).detach();
+    });
+    // The browser's DevTools (supervisor/browser_vm.h): each connection the guest accepts on its
+    // 127.0.0.1:9222 is spliced by the host to the browser VM's Chromium, or closed without one.
+    std::shared_ptr<BrowserVm> browser = browser_;
+    mux->RegisterService(protocol::kCdpService, [browser](int fd, const std::vector<std::string>&) {
+      browser->ConnectCdp(fd);  // takes ownership of fd; does not block
     });
     // SECURITY: only a workspace that opted in (--auto-ports) takes the guest's reports; they
     // name guest ports only, bounded and rate-limited (PortForwarder::ServeReports).
@@ -730,6 +754,8 @@ void Supervisor::Handle(Action a) {
       return;
     case T::kQemuExited: {
       Log("QEMU exited with status " + std::to_string(a.exit_status));
+      // The browser VM goes with the workspace's VM (its egress proxy is restarted at a reboot).
+      if (browser_) (void)browser_->Stop();
       qemu_pid_ = -1;
       qmp_.reset();
       std::shared_ptr<channel::Mux> mux;
@@ -783,6 +809,8 @@ void Supervisor::Handle(Action a) {
         mux = std::move(mux_);
       }
       if (mux) mux->Stop();
+      // SECURITY: the browser VM shares the tripped proxy: it goes now, with its disk.
+      if (browser_) (void)browser_->Stop();
       Error paused = lifecycle::Refusal(Phase::kPaused, T::kExec, opts_.name, a.info);
       if (was_booting) {
         // `start` is waiting for READY: tell it now (the supervisor stays, the VM frozen).
@@ -895,7 +923,8 @@ json Supervisor::StatusReply() {
           {"accel", AccelName(opts_.accel)},
           {"boot_id", boot_id_},
           {"last_checkpoint", last_checkpoint_},
-          {"ephemeral", ephemeral_}};
+          {"ephemeral", ephemeral_},
+          {"browser", browser_ ? browser_->StatusJson() : json{{"state", "stopped"}}}};
 }
 
 void Supervisor::AcceptLoop() {
@@ -971,6 +1000,10 @@ void Supervisor::HandleConnection(int fd) {
   }
   if (op == kPortsControlOp) {
     (void)conn.Send(HandlePorts(*req));
+    return;
+  }
+  if (op == kBrowserOp) {
+    (void)conn.Send(HandleBrowser(*req));
     return;
   }
   if (op == "open-stream") {
@@ -1106,6 +1139,46 @@ json Supervisor::HandlePorts(const json& req) {
   return {{"ok", true}, {"ports", list}, {"added", added}, {"auto_ports", auto_ports_}};
 }
 
+// The control op "browser" (supervisor/browser_vm.h): {"action":"status"} any live state;
+// {"action":"start","image":PATH,"memory_mib":N,"cpus":N} only while running (the lifecycle
+// table, BrowserStartCheck); {"action":"stop"} any live state.
+json Supervisor::HandleBrowser(const json& req) {
+  std::string action = JsonString(req, "action");
+  Phase phase;
+  std::string detail;
+  std::shared_ptr<Egress> egress;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    phase = phase_;
+    detail = pause_reason_;
+    egress = egress_;
+  }
+  if (action == "status") return {{"ok", true}, {"name", opts_.name}, {"browser", browser_->StatusJson()}};
+  if (action == "stop") {
+    if (Status st = browser_->Stop(); !st.ok()) return ErrorReply(st.error());
+    Log("browser: stopped (browser stop)");
+    return {{"ok", true}, {"name", opts_.name}, {"browser", browser_->StatusJson()}};
+  }
+  if (action != "start") {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "browser: unknown action '" + action + "'",
+                            "start, stop or status"));
+  }
+  if (Status st = BrowserStartCheck(phase, opts_.name, detail); !st.ok()) return ErrorReply(st.error());
+  BrowserStartOptions so;
+  so.image_path = JsonString(req, "image");
+  if (auto m = req.find("memory_mib"); m != req.end() && m->is_number_unsigned()) {
+    so.memory_mib = static_cast<int>(std::min<uint64_t>(m->get<uint64_t>(), 1 << 20));
+  }
+  if (auto c = req.find("cpus"); c != req.end() && c->is_number_unsigned()) {
+    so.cpus = static_cast<int>(std::min<uint64_t>(c->get<uint64_t>(), 1024));
+  }
+  Log("browser: starting (" + so.image_path + ", " + std::to_string(so.memory_mib) + " MiB, " +
+      std::to_string(so.cpus) + " CPUs)");
+  auto started = browser_->Start(so, egress);
+  if (!started.ok()) return ErrorReply(started.error());
+  return {{"ok", true}, {"name", opts_.name}, {"browser", *started}};
+}
+
 void Supervisor::SignalLoop() {
   sigset_t set;
   sigemptyset(&set);
@@ -1129,6 +1202,7 @@ void Supervisor::Cleanup() {
     mux = std::move(mux_);
   }
   if (mux) mux->Stop();
+  if (browser_) browser_->Shutdown();  // the browser VM and its directory go with the workspace
   if (ports_) ports_->StopAll();  // the published ports go with the VM
   if (egress_) egress_->Stop();
   if (ssh_confirm_) ssh_confirm_->Stop();

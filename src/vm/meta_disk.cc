@@ -30,7 +30,7 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
   for (const MetaConfig::File& f : config.files) {
     files.push_back({{"path", f.path}, {"content", f.content}, {"mode", f.mode}, {"owner", f.owner}});
   }
-  return {{"version", 1},          {"workspace", config.workspace},
+  json doc = {{"version", 1},          {"workspace", config.workspace},
           {"hostname", config.workspace}, {"boot_id", config.boot_id},
           {"user", protocol::kGuestUser}, {"uid", protocol::kGuestUid},
           {"gid", protocol::kGuestGid}, {"home", protocol::kGuestHome},
@@ -44,6 +44,19 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
                            {"dns_port", kMetaTransparentDnsPort}}},
           {"tool", config.tool},   {"workdir", config.workdir},
           {"auto_ports", config.auto_ports}};
+  if (!config.forwards.empty()) {
+    json forwards = json::array();
+    for (const MetaForward& f : config.forwards) {
+      forwards.push_back({{"listen", f.listen}, {"service", f.service}});
+    }
+    doc["forwards"] = forwards;
+  }
+  if (config.browser) {
+    doc["home_device"] = "";  // a browser VM has no home disk
+    doc["browser"] = {{"cdp_port", config.browser->cdp_port},
+                      {"profile_device", config.browser->profile_device}};
+  }
+  return doc;
 }
 
 Status BuildMetaDisk(const std::string& image_path, const std::string& agent_binary,

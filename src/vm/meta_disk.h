@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,21 @@ struct MetaShare {
   bool readonly = false;
 };
 
+// A forwarded listener in the guest (config.json "forwards"): the agent listens on `listen`
+// ("tcp:IP:PORT" or "unix:PATH") and opens one `service` stream per connection.
+struct MetaForward {
+  std::string listen;
+  std::string service;
+};
+
+// config.json "browser" (issue #18, docs/design.md "Browser VM"): present only in a browser VM's
+// config. Its agent starts Chromium with DevTools on 127.0.0.1:cdp_port; the profile lives on
+// `profile_device` (an ext4 filesystem the host made) or, when "", on a tmpfs.
+struct MetaBrowser {
+  int cdp_port = protocol::kBrowserCdpPort;
+  std::string profile_device;
+};
+
 struct MetaConfig {
   std::string workspace;
   std::string boot_id;  // 32 hex chars, new every boot
@@ -56,10 +72,15 @@ struct MetaConfig {
   // Automatic port forwarding (supervisor/ports.h, guest/listeners.h): the agent reports its
   // listening TCP ports on protocol::kPortsReportService.
   bool auto_ports = false;
+  // The guest's forwarded listeners; empty = the agent's defaults (the proxy on 127.0.0.1:3128
+  // and the SSH agent socket), which a non-empty list replaces.
+  std::vector<MetaForward> forwards;
+  // A browser VM: the "browser" key, and "home_device" "" (it has no home disk).
+  std::optional<MetaBrowser> browser;
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,
-// home_device /dev/vdb, channel_port org.cloister.channel.0).
+// home_device /dev/vdb ("" for a browser VM), channel_port org.cloister.channel.0).
 nlohmann::json MetaConfigJson(const MetaConfig& config);
 
 // Extra files to place at the metadata disk's root: name -> contents (names without '/').

@@ -1,0 +1,118 @@
+// `cloister browser NAME start|stop|status [--json]` (issue #18; docs/design.md "Browser VM"):
+// the workspace's browser VM, through its supervisor's control socket (op "browser",
+// supervisor/browser_vm.h). `start` resolves --image here (the catalog's checks, like `create
+// --image`) and needs a running workspace; `stop` and `status` work in any state (a stopped
+// workspace has no browser VM). Each run first deletes browser VM directories a crash left.
+#include <iostream>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/image_resolver.h"
+#include "cli/store_verbs.h"
+#include "lifecycle/lifecycle.h"
+#include "supervisor/browser_vm.h"
+#include "supervisor/control.h"
+#include "supervisor/launcher.h"
+#include "supervisor/workspace.h"
+
+namespace cloister::cli {
+
+namespace {
+
+using nlohmann::json;
+
+void PrintBrowser(Cli& cli, const std::string& name, const json& b) {
+  std::string state = vm::JsonString(b, "state");
+  if (state.empty()) state = "stopped";
+  cli.out() << name << ": browser " << state;
+  if (state == "running") {
+    cli.out() << " (QEMU pid " << b.value("qemu_pid", 0) << ", " << b.value("memory_mib", 0)
+              << " MiB, " << b.value("cpus", 0) << " CPU" << (b.value("cpus", 0) == 1 ? "" : "s")
+              << ", " << b.value("cdp_connections", 0) << " CDP connections so far); CDP in the "
+              << "workspace at http://127.0.0.1:" << protocol::kBrowserCdpPort;
+  }
+  cli.out() << "\n";
+}
+
+}  // namespace
+
+void AddBrowserCommand(CLI::App& app, Cli& cli) {
+  auto* cmd = app.add_subcommand(
+      "browser",
+      "Start, stop or show the workspace's browser VM: Chromium in a VM of its own (a copy-on-write "
+      "disk in a temporary directory, deleted at stop), driven from inside the workspace over the "
+      "Chrome DevTools Protocol at http://127.0.0.1:9222; its traffic crosses the workspace's "
+      "egress proxy (trace records marked \"source\":\"browser\")");
+  struct Opts {
+    std::string name, action = "status", image;
+    int memory = vm::kBrowserDefaultMemoryMib;
+    int cpus = vm::kBrowserDefaultCpus;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("NAME", o->name, "Workspace name")->required();
+  cmd->add_option("ACTION", o->action,
+                  "status (default), start (the workspace must be running; one browser VM per "
+                  "workspace) or stop")
+      ->check(CLI::IsMember({"start", "stop", "status"}));
+  cmd->add_option("--image", o->image,
+                  "start: the browser image (a catalog name or a raw image path; default '" +
+                      std::string(vm::kBrowserImageName) + "', from `cloister image build --browser`)");
+  cmd->add_option("--memory", o->memory, "start: the browser VM's memory in MiB (256..65536)")
+      ->capture_default_str();
+  cmd->add_option("--cpus", o->cpus, "start: the browser VM's CPUs (1..16)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print the browser VM's state as JSON");
+  cmd->callback([&cli, o] {
+    auto run = [&]() -> Status {
+      ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(cli));
+      (void)vm::CollectStaleBrowserDirs(store->root());
+      ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(o->name));
+      (void)config;
+      vm::VmStatus status = vm::WorkspaceStatus(*store, o->name);
+      json request = {{"op", vm::kBrowserOp}, {"action", o->action}};
+      if (o->action == "start") {
+        RETURN_IF_ERROR(vm::BrowserStartCheck(status.state, o->name, status.detail));
+        std::string spec = o->image.empty() ? std::string(vm::kBrowserImageName) : o->image;
+        auto image = ResolveImageSpec(Env::Default(), cli.StoreRoot(), spec);
+        if (!image.ok()) {
+          Error e = image.error();
+          return Error(e.code(), "browser image '" + spec + "': " + e.message(),
+                       o->image.empty() ? "build it: `cloister image build --browser`"
+                                        : e.hint());
+        }
+        vm::BrowserStartOptions so{image->path, o->memory, o->cpus};
+        RETURN_IF_ERROR(vm::ValidateBrowserStartOptions(so));
+        request["image"] = so.image_path;
+        request["memory_mib"] = so.memory_mib;
+        request["cpus"] = so.cpus;
+        cli.err() << "cloister: " << o->name << ": starting its browser VM ("
+                  << image->name << ", " << so.memory_mib << " MiB, " << so.cpus << " CPU)\n";
+      } else if (!lifecycle::IsLive(status.state)) {
+        // No supervisor: no browser VM (its directory, if a crash left one, is gone above).
+        json b = {{"state", "stopped"}};
+        if (o->json) {
+          cli.PrintJson({{"name", o->name}, {"state", lifecycle::StateName(status.state)},
+                         {"browser", b}});
+        } else {
+          PrintBrowser(cli, o->name, b);
+        }
+        return OkStatus();
+      }
+      vm::RunPaths paths = vm::RunPathsFor(*store, o->name);
+      // A start waits for the browser VM's READY (minutes under TCG; the supervisor's own bound).
+      ASSIGN_OR_RETURN(json reply, vm::ControlRequest(paths.supervisor_socket, request,
+                                                      std::chrono::minutes(15)));
+      json b = reply.value("browser", json::object());
+      if (o->json) {
+        cli.PrintJson({{"name", o->name}, {"state", lifecycle::StateName(status.state)},
+                       {"browser", b}});
+        return OkStatus();
+      }
+      PrintBrowser(cli, o->name, b);
+      return OkStatus();
+    };
+    if (Status st = run(); !st.ok()) cli.Fail(st.error());
+  });
+}
+
+}  // namespace cloister::cli

@@ -1,0 +1,156 @@
+// The workspace's browser VM (issue #18, docs/design.md "Browser VM"): Chromium in a VM of its
+// own, started and stopped by the workspace's supervisor, driven from the workspace guest over the
+// Chrome DevTools Protocol.
+//
+// Who owns what:
+//   - The supervisor owns one BrowserVm for its whole life (at most one browser VM per workspace).
+//     `cloister browser NAME start|stop|status` reaches it through the control op kBrowserOp;
+//     the lifecycle table decides a start (BrowserStartCheck: only while the workspace runs).
+//   - A BrowserVm owns, while its VM lives: the QEMU process (spawned from the BrowserVm's own
+//     long-lived thread, PR_SET_PDEATHSIG, so it never outlives the supervisor), the channel
+//     multiplexer to its guest agent, and a temporary directory `<store>/tmp/browser-<ws>-XXXXXX/`
+//     holding the disk (a qcow2 overlay whose backing is the browser image, read-only), a blank
+//     scratch disk for vdb (no profile), the metadata disk, the console log, the sockets and the
+//     owner lock. Stop, the workspace's stop and the supervisor's Cleanup delete the directory; a
+//     directory left by a crash (its owner lock no longer held) is deleted by the next cloister
+//     command (CollectStaleBrowserDirs).
+//   - SECURITY: the browser VM's channel offers two services only, `proxy` and `egress`, served by
+//     the WORKSPACE's egress proxy (same policy, placeholders and compromise detector) with every
+//     trace record marked "source":"browser"; any other stream it opens is refused
+//     (RegisterBrowserServices). The workspace guest's `cdp` streams are spliced by the host to
+//     the browser VM's host-opened `tcp ["9222"]`: the browser VM never gets any other path to
+//     the workspace VM.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "channel/mux.h"
+#include "lifecycle/lifecycle.h"
+#include "supervisor/egress.h"
+#include "vm/accel.h"
+#include "vm/meta_disk.h"
+#include "vm/qmp.h"
+
+namespace cloister::vm {
+
+// The control op (supervisor/control.h): {"op":"browser","action":"start"|"stop"|"status",
+// "image": ABSOLUTE PATH of the browser image's disk (start; the CLI resolves --image),
+// "memory_mib": N, "cpus": N}.
+inline constexpr char kBrowserOp[] = "browser";
+// The trace records' source of the browser VM's requests (proxy/trace.h).
+inline constexpr char kBrowserTraceSource[] = "browser";
+// `<store>/tmp/` and the prefix of a browser VM's directory in it.
+inline constexpr char kStoreTmpDir[] = "tmp";
+inline constexpr char kBrowserDirPrefix[] = "browser-";
+// The owner lock inside the directory (a pid file, base/pid_file.h: locked while the VM lives).
+inline constexpr char kBrowserOwnerFile[] = "owner.pid";
+// The default image name (`cloister image build --browser`) and resources.
+inline constexpr char kBrowserImageName[] = "browser";
+inline constexpr int kBrowserDefaultMemoryMib = 1024;
+inline constexpr int kBrowserDefaultCpus = 1;
+// An overridable file of extra files for the browser VM's metadata ([{path, content, mode,
+// owner}], JSON), for tests and debugging (like CLOISTER_PROXY_RESOLVE): a host user's choice.
+inline constexpr char kBrowserFilesEnv[] = "CLOISTER_BROWSER_FILES";
+
+struct BrowserStartOptions {
+  std::string image_path;  // the browser image's raw disk; vmlinuz and initrd.img beside it
+  int memory_mib = kBrowserDefaultMemoryMib;
+  int cpus = kBrowserDefaultCpus;
+};
+
+// Validates the options (absolute image path, 256..65536 MiB, 1..16 CPUs): an error names the fix.
+Status ValidateBrowserStartOptions(const BrowserStartOptions& options);
+
+// The lifecycle table's answer for a browser start (as a stream into the guest: only a running
+// workspace); OK or the table's refusal with its hint.
+Status BrowserStartCheck(lifecycle::State state, const std::string& workspace,
+                         const std::string& detail = "");
+
+// `<store>/tmp/`.
+std::string StoreTmpDir(const std::string& store_root);
+
+// Deletes every `<store>/tmp/browser-*` directory whose owner lock is not held (its supervisor is
+// gone), and, of one without an owner file, only one older than a minute (a start may be making
+// it). Never follows a symlink. Returns the directories removed. Called by the lifecycle verbs
+// (start, stop, run), `ls` and `browser`.
+std::vector<std::string> CollectStaleBrowserDirs(const std::string& store_root);
+
+// The browser VM's metadata config (pure): the proxy environment and CA of `guest` but none of
+// its placeholders or credential files, `browser` {cdp_port 9222, profile_device ""}, no home
+// disk, and one forward (the proxy on 127.0.0.1:3128); no SSH agent.
+MetaConfig BrowserMetaConfig(const std::string& workspace, const std::string& boot_id,
+                             const GuestSetup& guest,
+                             const std::vector<MetaConfig::File>& extra_files = {});
+
+// Registers the only services the browser VM's guest may open: `proxy` and `egress`.
+void RegisterBrowserServices(channel::Mux& mux, channel::ServiceHandler proxy,
+                             channel::ServiceHandler egress);
+
+class BrowserVm {
+ public:
+  struct Options {
+    std::string store_root;
+    std::string workspace;
+    Accel accel = Accel::kTcg;
+    bool sandbox = true;
+    uint32_t qemu_id = 0;             // the workspace's (Store::QemuId)
+    std::string output_path;          // QEMU's stdout/stderr (the supervisor's log)
+    std::function<void(const std::string&)> log;
+    std::chrono::seconds ready_timeout{600};
+  };
+  explicit BrowserVm(Options options);
+  ~BrowserVm();  // Shutdown()
+  BrowserVm(const BrowserVm&) = delete;
+  BrowserVm& operator=(const BrowserVm&) = delete;
+
+  // Boots the browser VM and waits for its agent's READY (Chromium's DevTools port accepts).
+  // kAlreadyExists when one runs. `egress` is the workspace's current proxy.
+  Result<nlohmann::json> Start(const BrowserStartOptions& options, std::shared_ptr<Egress> egress);
+  // Kills its QEMU and deletes its directory. OK when none runs.
+  Status Stop();
+  // Stop, then ends the owner thread (the supervisor's Cleanup).
+  void Shutdown();
+  // {"state": "stopped"|"starting"|"running", "qemu_pid", "dir", "memory_mib", "cpus", "image",
+  //  "started", "cdp_connections"}.
+  nlohmann::json StatusJson();
+  // A `cdp` stream from the workspace guest: bridged to the browser VM's `tcp ["9222"]`, or
+  // closed when no browser VM is running. Takes ownership of `fd`; does not block.
+  void ConnectCdp(int fd);
+
+ private:
+  struct Running;
+  Status StartLocked(const BrowserStartOptions& options, std::shared_ptr<Egress> egress,
+                     std::shared_ptr<Running> run);
+  void RunOnOwner(std::function<void()> job);
+  void OwnerLoop();
+  void Teardown(const std::shared_ptr<Running>& run);
+  nlohmann::json StatusJsonLocked(const std::shared_ptr<Running>& run);  // mu_ held
+  void Log(const std::string& line) const;
+
+  Options opts_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Running> run_;  // null: stopped
+  bool starting_ = false;
+  uint64_t cdp_connections_ = 0;
+  // The owner thread: every QEMU of this BrowserVm is forked from it (PR_SET_PDEATHSIG follows the
+  // forking thread, so a connection thread that ends must not be the parent).
+  std::deque<std::function<void()>> jobs_;
+  bool quit_ = false;
+  std::thread owner_;
+};
+
+}  // namespace cloister::vm

@@ -1,0 +1,218 @@
+// The browser VM's host side without a VM (supervisor/browser_vm.h): the lifecycle check of a
+// start, the option bounds, the crash cleanup of `<store>/tmp/browser-*`, the browser VM's
+// metadata config (no placeholder, no home, one forward) and the only two services its channel
+// offers. The VM itself is browser_vm_test's VM half (browser_vm_vm_test.cc).
+#include "supervisor/browser_vm.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "supervisor/state.h"
+
+namespace cloister::vm {
+namespace {
+
+namespace fs = std::filesystem;
+using lifecycle::State;
+
+class TempRoot {
+ public:
+  TempRoot() {
+    char t[] = "/tmp/cloister-browser-XXXXXX";
+    path_ = mkdtemp(t);
+  }
+  ~TempRoot() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(BrowserVmTest, AStartNeedsARunningWorkspace) {
+  EXPECT_TRUE(BrowserStartCheck(State::kRunning, "ws").ok());
+  for (State s : {State::kStopped, State::kBooting, State::kPaused, State::kStopping,
+                  State::kSuspending, State::kSuspended, State::kRebooting, State::kBroken,
+                  State::kCompromised}) {
+    Status st = BrowserStartCheck(s, "ws", "why");
+    ASSERT_FALSE(st.ok()) << lifecycle::StateName(s);
+    EXPECT_FALSE(st.error().hint().empty()) << lifecycle::StateName(s);
+  }
+  Status stopped = BrowserStartCheck(State::kStopped, "ws");
+  EXPECT_NE(stopped.error().hint().find("cloister start ws"), std::string::npos)
+      << stopped.error().hint();
+  Status booting = BrowserStartCheck(State::kBooting, "ws");
+  EXPECT_NE(booting.error().message().find("booting"), std::string::npos)
+      << booting.error().message();
+}
+
+TEST(BrowserVmTest, OptionsAreBounded) {
+  EXPECT_TRUE(ValidateBrowserStartOptions({"/images/browser/disk.raw", 1024, 1}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"", 1024, 1}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"disk.raw", 1024, 1}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"/d", 128, 1}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"/d", 1 << 20, 1}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"/d", 1024, 0}).ok());
+  EXPECT_FALSE(ValidateBrowserStartOptions({"/d", 1024, 17}).ok());
+  Status st = ValidateBrowserStartOptions({"/d", 64, 1});
+  EXPECT_NE(st.error().hint().find("--memory"), std::string::npos);
+}
+
+// A crash leaves `<store>/tmp/browser-<ws>-XXXXXX/`: the next command deletes it unless its owner
+// lock is held (a live supervisor's browser VM), and never follows a symlink out of the store.
+TEST(BrowserVmTest, StaleDirectoriesGoLiveOnesStay) {
+  TempRoot root;
+  std::string tmp = StoreTmpDir(root.path());
+  ASSERT_EQ(tmp, root.path() + "/tmp");
+  fs::create_directories(tmp);
+  auto make = [&](const std::string& name) {
+    std::string d = tmp + "/" + name;
+    fs::create_directories(d);
+    std::ofstream(d + "/disk.qcow2") << "overlay";
+    return d;
+  };
+  // Dead: an owner file nobody holds (the supervisor was killed).
+  std::string dead = make("browser-ws-aaaaaa");
+  std::ofstream(dead + "/" + kBrowserOwnerFile) << "12345\n";
+  // Live: the owner lock is held (by us, as the supervisor would).
+  std::string live = make("browser-ws-bbbbbb");
+  auto held = ClaimPidFile(live + "/" + kBrowserOwnerFile);
+  ASSERT_TRUE(held.ok()) << held.error().ToString();
+  // No owner file yet, fresh: a start is making it. Old: a crash before the lock.
+  std::string fresh = make("browser-ws-cccccc");
+  std::string old = make("browser-ws-dddddd");
+  struct utimbuf t{std::time(nullptr) - 3600, std::time(nullptr) - 3600};
+  ASSERT_EQ(utime(old.c_str(), &t), 0);
+  // Not ours: another prefix, and a symlink named like ours pointing outside.
+  std::string other = make("staging-x");
+  std::string outside = root.path() + "/outside";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/keep") << "keep";
+  fs::create_symlink(outside, tmp + "/browser-ws-eeeeee");
+
+  std::vector<std::string> removed = CollectStaleBrowserDirs(root.path());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_TRUE(fs::exists(live + "/disk.qcow2"));
+  EXPECT_TRUE(fs::exists(fresh + "/disk.qcow2"));
+  EXPECT_TRUE(fs::exists(other + "/disk.qcow2"));
+  EXPECT_TRUE(fs::exists(outside + "/keep"));
+  EXPECT_EQ(removed.size(), 2u);
+
+  // Once the supervisor is gone (its lock released), the live one goes too.
+  close(*held);
+  removed = CollectStaleBrowserDirs(root.path());
+  EXPECT_FALSE(fs::exists(live));
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0], live);
+  // A store without tmp/ is fine.
+  TempRoot empty;
+  EXPECT_TRUE(CollectStaleBrowserDirs(empty.path()).empty());
+}
+
+TEST(BrowserVmTest, MetadataHasTheBrowserKeyNoHomeNoPlaceholdersAndOnlyTheProxyForward) {
+  GuestSetup guest;
+  guest.env = ProxyEnvironment();
+  guest.env["ANTHROPIC_API_KEY"] = "cloister-placeholder-anthropic-0123";
+  guest.env["SSH_AUTH_SOCK"] = kGuestAgentSocket;
+  guest.files.push_back({"/home/dev/.git-credentials", "https://x:cloister-placeholder-gh@github.com",
+                         0600, "dev"});
+  guest.ca_pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  MetaConfig meta = BrowserMetaConfig("ws", "0123456789abcdef0123456789abcdef", guest,
+                                      {{"/usr/local/bin/chromium", "#!/bin/sh\n", 0755, "root"}});
+  nlohmann::json j = MetaConfigJson(meta);
+  ASSERT_TRUE(j.contains("browser")) << j.dump();
+  EXPECT_EQ(j["browser"]["cdp_port"], 9222);
+  EXPECT_EQ(j["browser"]["profile_device"], "");
+  EXPECT_EQ(j["home_device"], "");
+  EXPECT_EQ(j["ca_certificate"], guest.ca_pem);
+  EXPECT_EQ(j["env"]["HTTPS_PROXY"], kGuestProxyUrl);
+  std::string dump = j.dump();
+  // SECURITY: nothing of the workspace's credentials or SSH agent reaches the browser VM.
+  EXPECT_EQ(dump.find("placeholder"), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("SSH_AUTH_SOCK"), std::string::npos) << dump;
+  ASSERT_TRUE(j["forwards"].is_array());
+  ASSERT_EQ(j["forwards"].size(), 1u) << j["forwards"].dump();
+  EXPECT_EQ(j["forwards"][0]["service"], "proxy");
+  EXPECT_EQ(j["forwards"][0]["listen"], protocol::kGuestProxyListen);
+  ASSERT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files"][0]["path"], "/usr/local/bin/chromium");
+  EXPECT_TRUE(j["transparent"].is_object());  // its egress goes to the host like a workspace's
+
+  // A workspace's config has no browser key and keeps its home.
+  MetaConfig ws;
+  nlohmann::json wj = MetaConfigJson(ws);
+  EXPECT_FALSE(wj.contains("browser"));
+  EXPECT_EQ(wj["home_device"], protocol::kHomeDevice);
+}
+
+// SECURITY: the browser VM's guest may open `proxy` and `egress` and nothing else: not the SSH
+// agent, not `cdp` (no path back to the workspace), not a host-opened name.
+TEST(BrowserVmTest, TheBrowserChannelOffersOnlyProxyAndEgress) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  channel::MuxOptions h;
+  h.role = channel::MuxRole::kHost;
+  channel::MuxOptions g;
+  g.role = channel::MuxRole::kGuest;
+  auto host = channel::Mux::Create(sv[0], h);
+  auto guest = channel::Mux::Create(sv[1], g);
+  ASSERT_TRUE(host.ok() && guest.ok());
+  std::mutex mu;
+  std::vector<std::string> served;
+  auto handler = [&](const std::string& name) {
+    return [&mu, &served, name](int fd, const std::vector<std::string>&) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        served.push_back(name);
+      }
+      (void)!write(fd, "ok", 2);
+      close(fd);
+    };
+  };
+  RegisterBrowserServices(**host, handler("proxy"), handler("egress"));
+  ASSERT_TRUE((*host)->Start().ok());
+  ASSERT_TRUE((*guest)->Start().ok());
+  for (const char* name : {"proxy", "egress"}) {
+    auto fd = (*guest)->Open(name, {}, std::chrono::seconds(20));
+    ASSERT_TRUE(fd.ok()) << name << ": " << fd.error().ToString();
+    char buf[2];
+    EXPECT_EQ(read(*fd, buf, 2), 2) << name;
+    close(*fd);
+  }
+  for (const char* name : {"ssh-agent", "cdp", "ports-report", "exec", "tcp", "sshd", ""}) {
+    auto fd = (*guest)->Open(name, {}, std::chrono::seconds(20));
+    EXPECT_FALSE(fd.ok()) << "the browser VM opened '" << name << "'";
+    if (fd.ok()) close(*fd);
+  }
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(served, (std::vector<std::string>{"proxy", "egress"}));
+}
+
+TEST(BrowserVmTest, WithoutABrowserVmACdpConnectionIsClosedAndStatusSaysStopped) {
+  BrowserVm::Options o;
+  o.store_root = "/nonexistent";
+  o.workspace = "ws";
+  BrowserVm browser(o);
+  EXPECT_EQ(browser.StatusJson()["state"], "stopped");
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  browser.ConnectCdp(sv[0]);  // takes ownership: closed
+  char c;
+  EXPECT_EQ(read(sv[1], &c, 1), 0);
+  close(sv[1]);
+  EXPECT_TRUE(browser.Stop().ok());
+  // A start without the workspace's proxy, or with bad options, refuses before any I/O.
+  auto no_proxy = browser.Start({"/nonexistent/disk.raw", 1024, 1}, nullptr);
+  EXPECT_FALSE(no_proxy.ok());
+  EXPECT_FALSE(fs::exists("/nonexistent"));
+}
+
+}  // namespace
+}  // namespace cloister::vm
