@@ -53,30 +53,12 @@ Result<uint64_t> CheckEncryptedQcow2(const ProfileLocation& loc) {
   const std::string path = loc.DiskPath();
   ASSIGN_OR_RETURN(RunOutput info,
                    RunProcessChecked({"qemu-img", "info", "--output=json", "-f", "qcow2", path}));
-  json j = json::parse(info.out, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
-    return Error(ErrorCode::kCorrupt, "qemu-img info of " + path + " is not JSON", ForgetHint(loc));
+  Result<uint64_t> size = ParseProfileDiskInfo(info.out);
+  if (!size.ok()) {
+    return Error(size.error().code(), "the browser profile disk " + path + ": " +
+                                          size.error().message(), ForgetHint(loc));
   }
-  auto fs = j.find("format-specific");
-  std::string fmt;
-  if (fs != j.end() && fs->is_object()) {
-    auto data = fs->find("data");
-    if (data != fs->end() && data->is_object()) {
-      auto enc = data->find("encrypt");
-      if (enc != data->end() && enc->is_object()) {
-        auto f = enc->find("format");
-        if (f != enc->end() && f->is_string()) fmt = f->get<std::string>();
-      }
-    }
-  }
-  auto vs = j.find("virtual-size");
-  if (j.value("format", "") != "qcow2" || fmt != "luks" || vs == j.end() ||
-      !vs->is_number_unsigned() || j.contains("backing-filename")) {
-    return Error(ErrorCode::kCorrupt,
-                 "the browser profile disk " + path + " is not a LUKS-encrypted qcow2 without backing",
-                 ForgetHint(loc));
-  }
-  return vs->get<uint64_t>();
+  return size;
 }
 
 // Reads the key from the vault, or makes one and saves it (before any disk exists: a crash then
@@ -172,6 +154,35 @@ Result<int64_t> FdSetId(const json& reply) {
 }
 
 }  // namespace
+
+Result<uint64_t> ParseProfileDiskInfo(std::string_view text) {
+  if (text.size() > kMaxInfoBytes) {
+    return Error(ErrorCode::kCorrupt, "qemu-img info output is too large");
+  }
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Error(ErrorCode::kCorrupt, "qemu-img info output is not a JSON object");
+  auto str = [](const json& obj, const char* key) -> std::string {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto obj = [](const json& o, const char* key) -> const json* {
+    auto it = o.find(key);
+    return it != o.end() && it->is_object() ? &*it : nullptr;
+  };
+  std::string fmt;
+  if (const json* fs = obj(j, "format-specific")) {
+    if (const json* data = obj(*fs, "data")) {
+      if (const json* enc = obj(*data, "encrypt")) fmt = str(*enc, "format");
+    }
+  }
+  auto vs = j.find("virtual-size");
+  if (str(j, "format") != "qcow2" || fmt != "luks" || vs == j.end() ||
+      !vs->is_number_unsigned() || j.contains("backing-filename") ||
+      j.contains("full-backing-filename")) {
+    return Error(ErrorCode::kCorrupt, "not a LUKS-encrypted qcow2 without a backing file");
+  }
+  return vs->get<uint64_t>();
+}
 
 std::string ProfileLocation::DiskPath() const {
   return workspace_dir + "/" + std::string(layout::kBrowserProfileFile);

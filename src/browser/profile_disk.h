@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "base/result.h"
 
@@ -75,6 +76,13 @@ Result<bool> ProfileExists(const ProfileLocation& loc);
 // with the hint to forget it); a disk without its key is refused the same way.
 Result<ProfileDisk> EnsureProfileDisk(const ProfileLocation& loc,
                                       uint64_t size = kDefaultProfileSize);
+
+// The virtual size from `qemu-img info --output=json` of the profile disk, or kCorrupt unless it
+// is a qcow2 with LUKS encryption and no backing file. SECURITY: the qcow2 header is writable by
+// the browser VM's QEMU (hostile once compromised), and this parses what qemu-img read from it:
+// bounded (kMaxInfoBytes), no exceptions, type-checked fields. Fuzzed (fuzz/profile_disk_info).
+inline constexpr size_t kMaxInfoBytes = 1 << 20;
+Result<uint64_t> ParseProfileDiskInfo(std::string_view qemu_img_info_json);
 
 // Deletes the disk (and creation leftovers), then the key. Idempotent: nothing there is success.
 Status DestroyProfile(const ProfileLocation& loc);

@@ -235,6 +235,30 @@ TEST_F(ProfileDiskTest, RefusesAnUnencryptedDiskAndADiskWithoutItsKey) {
   EXPECT_EQ(VaultKey(), "");
 }
 
+// SECURITY property (fail closed, hostile header): only a LUKS qcow2 without backing passes.
+TEST(ProfileDiskInfoTest, AcceptsOnlyALuksQcow2WithoutBacking) {
+  const std::string luks =
+      R"({"virtual-size": 67108864, "format": "qcow2", "format-specific": {"type": "qcow2",)"
+      R"( "data": {"encrypt": {"format": "luks"}}}})";
+  auto ok = ParseProfileDiskInfo(luks);
+  ASSERT_TRUE(ok.ok()) << ok.error().ToString();
+  EXPECT_EQ(*ok, 67108864u);
+  for (const char* bad : {
+           R"({"virtual-size": 1, "format": "qcow2", "format-specific": {"data": {}}})",
+           R"({"virtual-size": 1, "format": "raw", "format-specific": {"data": {"encrypt": {"format": "luks"}}}})",
+           R"({"virtual-size": 1, "format": "qcow2", "backing-filename": "/etc/shadow", "format-specific": {"data": {"encrypt": {"format": "luks"}}}})",
+           R"({"virtual-size": "1", "format": "qcow2", "format-specific": {"data": {"encrypt": {"format": "luks"}}}})",
+           R"({"virtual-size": 1, "format": 7, "format-specific": {"data": {"encrypt": {"format": "luks"}}}})",
+           R"({"virtual-size": 1, "format": "qcow2", "format-specific": {"data": {"encrypt": ["luks"]}}})",
+           R"([1,2)", ""}) {
+    auto r = ParseProfileDiskInfo(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().code(), ErrorCode::kCorrupt) << bad;
+    }
+  }
+}
+
 TEST_F(ProfileDiskTest, DestroyDropsDiskAndKeyAndIsIdempotent) {
   auto d = EnsureProfileDisk(loc_, kSize);
   ASSERT_TRUE(d.ok()) << d.error().ToString();
