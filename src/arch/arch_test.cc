@@ -12,6 +12,7 @@
 //   proxy, sshagent                   -> cli
 //   guest                             -> any host module but channel, protocol and base
 //   protocol (the host-guest contract) -> any module (header-only, below everything)
+//   browser (the profile disk)        -> supervisor, cli, proxy, aws, oauth, sshagent (below the supervisor)
 // Each violation is printed as FILE:LINE with the edge, so the failure says what to change.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ struct ModuleRule {
 
 const std::vector<std::string> kHostModules = {
     "audit", "aws",      "catalog",    "cli",   "image", "lifecycle", "proxy",
-    "sshagent", "store", "supervisor", "transfer", "vault", "vm", "oauth"};
+    "sshagent", "store", "supervisor", "transfer", "vault", "vm", "oauth", "browser"};
 
 std::vector<ModuleRule> Rules() {
   return {
@@ -66,6 +67,8 @@ std::vector<ModuleRule> Rules() {
       {"guest", {}, {"base", "channel", "protocol"},
        "the guest shares only the contract (protocol, channel) and base with the host"},
       {"protocol", {}, {"protocol"}, "the contract is header-only and below every module"},
+      {"browser", {"supervisor", "cli", "proxy", "aws", "oauth", "sshagent"}, {},
+       "the browser profile disk sits below the supervisor (which attaches it) and the CLI"},
   };
 }
 

@@ -5,10 +5,12 @@
 // workspace has no browser VM). Each run first deletes browser VM directories a crash left.
 #include <iostream>
 
+#include "browser/profile_disk.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/image_resolver.h"
 #include "cli/store_verbs.h"
+#include "cli/vault_access.h"
 #include "lifecycle/lifecycle.h"
 #include "supervisor/browser_vm.h"
 #include "supervisor/control.h"
@@ -34,6 +36,41 @@ void PrintBrowser(Cli& cli, const std::string& name, const json& b) {
   cli.out() << "\n";
 }
 
+// `browser NAME forget` (bprofile): drops the kept profile (browser/profile_disk.h), disk then
+// key, and nothing else. Refused while the browser VM runs (it may hold the disk); the vault
+// write takes the locks every vault change takes (cli/vault_access.h).
+Status ForgetProfile(Cli& cli, const std::string& name, const vm::VmStatus& status, bool yes,
+                     bool as_json, const std::string& supervisor_socket) {
+  if (lifecycle::IsLive(status.state)) {
+    ASSIGN_OR_RETURN(json reply, vm::ControlRequest(supervisor_socket,
+                                                    {{"op", vm::kBrowserOp}, {"action", "status"}},
+                                                    std::chrono::seconds(30)));
+    std::string state = vm::JsonString(reply.value("browser", json::object()), "state");
+    if (!state.empty() && state != "stopped") {
+      return Error(ErrorCode::kFailedPrecondition,
+                   name + ": its browser VM is " + state + " and may hold the profile disk",
+                   "stop it first: `cloister browser " + name + " stop`");
+    }
+  }
+  ASSIGN_OR_RETURN(VaultAccess access, OpenVaultAccess(cli, name, /*mutate=*/true));
+  browser::ProfileLocation loc{access.location.keys_dir, access.paths.dir, name};
+  ASSIGN_OR_RETURN(bool exists, browser::ProfileExists(loc));
+  if (exists) {
+    RETURN_IF_ERROR(cli.Confirm("Forget the kept browser profile of '" + name +
+                                    "' (its cookies and logins are lost)?",
+                                yes));
+    RETURN_IF_ERROR(browser::DestroyProfile(loc));
+  }
+  if (as_json) {
+    cli.PrintJson({{"name", name}, {"forgotten", exists}});
+  } else if (exists) {
+    cli.out() << name << ": browser profile forgotten (disk and key deleted)\n";
+  } else {
+    cli.out() << name << ": no kept browser profile\n";
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 void AddBrowserCommand(CLI::App& app, Cli& cli) {
@@ -48,13 +85,15 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
     int memory = vm::kBrowserDefaultMemoryMib;
     int cpus = vm::kBrowserDefaultCpus;
     bool json = false;
+    bool yes = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name")->required();
   cmd->add_option("ACTION", o->action,
                   "status (default), start (the workspace must be running; one browser VM per "
-                  "workspace) or stop")
-      ->check(CLI::IsMember({"start", "stop", "status"}));
+                  "workspace), stop, or forget (delete the kept profile disk and its key; the "
+                  "browser VM must not run)")
+      ->check(CLI::IsMember({"start", "stop", "status", "forget"}));
   cmd->add_option("--image", o->image,
                   "start: the browser image (a catalog name or a raw image path; default '" +
                       std::string(vm::kBrowserImageName) + "', from `cloister image build --browser`)");
@@ -62,6 +101,7 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cmd->add_option("--cpus", o->cpus, "start: the browser VM's CPUs (1..16)")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the browser VM's state as JSON");
+  cmd->add_flag("-f,--yes", o->yes, "forget: do not ask for confirmation");
   cmd->callback([&cli, o] {
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(cli));
@@ -69,6 +109,10 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
       ASSIGN_OR_RETURN(WorkspaceConfig config, store->LoadConfig(o->name));
       (void)config;
       vm::VmStatus status = vm::WorkspaceStatus(*store, o->name);
+      if (o->action == "forget") {
+        return ForgetProfile(cli, o->name, status, o->yes, o->json,
+                             vm::RunPathsFor(*store, o->name).supervisor_socket);
+      }
       json request = {{"op", vm::kBrowserOp}, {"action", o->action}};
       if (o->action == "start") {
         RETURN_IF_ERROR(vm::BrowserStartCheck(status.state, o->name, status.detail));

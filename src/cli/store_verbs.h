@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "browser/profile_disk.h"
 #include "cli/cli.h"
 #include "cli/image_resolver.h"
 #include "sshagent/ide_keys.h"
@@ -22,7 +23,8 @@ namespace cloister::cli {
 // the catalog's image resolver (cli/image_resolver.h), so `--image NAME` goes through the verified
 // catalog, and the workspace SSH key hook (sshagent/vault_key_store.h), so `create`, `wipe-home`
 // and `wipe` make a fresh key in the workspace's encrypted secrets file; and the sshd host key hook
-// (sshagent/ide_keys.h), so `create` and `wipe` give the guest's sshd a new identity.
+// (sshagent/ide_keys.h), so `create` and `wipe` give the guest's sshd a new identity; and the
+// browser profile hook, so `wipe-home` and `wipe` destroy the kept browser profile and its key.
 inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   StoreOptions options;
   options.resolve_image = CatalogImageResolver(Env::Default(), cli.StoreRoot());
@@ -32,6 +34,9 @@ inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   options.make_sshd_host_key = [](const std::string&, const std::string& dir) {
     return sshagent::MakeSshdHostKey(dir);
   };
+  // The browser's kept profile (browser/profile_disk.h): wipe-home and wipe destroy disk and key.
+  options.destroy_browser_profile =
+      browser::DestroyProfileHook(cli.StoreRoot() + "/" + std::string(layout::kKeysDir));
   return Store::Open(cli.StoreRoot(), std::move(options));
 }
 

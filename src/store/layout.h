@@ -124,6 +124,12 @@ inline constexpr std::string_view kSshPublicKeyFile = "id_ed25519.pub";   // und
 // The workspace's encrypted secrets file (vault). Kept by reset/wipe-home/wipe, deleted by rm.
 inline constexpr std::string_view kSecretsFile = "secrets.enc";
 
+// The browser VM's kept profile (browser/profile_disk.h, `browser start --keep-profile`): a qcow2
+// encrypted by QEMU's LUKS, its key a blob in kSecretsFile. Creation temporaries are this name
+// plus ".tmp-raw" / ".tmp-qcow2". Deleted (with the key) by wipe-home, wipe, rm and
+// `browser NAME forget`; kept by reset.
+inline constexpr std::string_view kBrowserProfileFile = "browser-profile.qcow2";
+
 // Run directory (mode 0700) for the running VM's sockets and pid files (vm module). Deleted by rm.
 inline constexpr std::string_view kRunDir = "run";
 inline constexpr std::string_view kSupervisorSocket = "supervisor.sock";  // under kRunDir

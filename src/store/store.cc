@@ -399,6 +399,16 @@ Status Store::MakeSshKey(const std::string& name, const std::string& dir) {
   return OkStatus();
 }
 
+// SECURITY: wipe-home and wipe destroy the browser's kept profile (its cookies are logins).
+Status Store::DestroyBrowserProfile(const std::string& name, const std::string& dir) {
+  if (!options_.destroy_browser_profile) {
+    return env_->RemoveFile(JoinPath(dir, layout::kBrowserProfileFile));
+  }
+  Status s = options_.destroy_browser_profile(name, dir);
+  if (!s.ok()) return s.error().WithContext("destroying the browser profile");
+  return OkStatus();
+}
+
 Status Store::MakeSshdHostKey(const std::string& name, const std::string& dir) {
   if (!options_.make_sshd_host_key) return OkStatus();
   Status s = options_.make_sshd_host_key(name, dir);
@@ -710,6 +720,7 @@ Status Store::ReplaceHome(
   RETURN_IF_ERROR(RemoveUnreferenced(name, dropped));
   if (compact) RETURN_IF_ERROR(Compact(name, /*may_rewrite_live_tops=*/true));
   RETURN_IF_ERROR(CollectGarbage(name));
+  RETURN_IF_ERROR(DestroyBrowserProfile(name, p.dir));
   RETURN_IF_ERROR(MakeSshKey(name, p.dir));
   // `wipe` also gives the guest's sshd a new identity (pins made before no longer match).
   if (action == lifecycle::Action::kWipe) return MakeSshdHostKey(name, p.dir);

@@ -58,6 +58,12 @@ struct StoreOptions {
   // supervisor then makes one at the first boot).
   std::function<Status(const std::string& name, const std::string& workspace_dir)>
       make_sshd_host_key;
+  // Destroys the browser VM's kept profile, disk and key (browser/profile_disk.h): called by
+  // WipeHome and Wipe (workspace lock held, after their commit), never by Reset. Remove needs no
+  // hook: the disk file and the secrets file holding the key go with the directory. Empty: the
+  // profile file alone is deleted (its key, if any, stays in the secrets file, useless without it).
+  std::function<Status(const std::string& name, const std::string& workspace_dir)>
+      destroy_browser_profile;
   // Turns CreateRequest::image into what the system disk is cloned from. Called by Create under
   // the store lock. Empty: ResolveImage (image_ref.h: a raw image path only). The CLI installs
   // cli::CatalogImageResolver (cli/image_resolver.h): "" means the default image, a name is
@@ -304,6 +310,7 @@ class Store {
                                    uint64_t generation);
   Status MakeSshKey(const std::string& name, const std::string& dir);
   Status MakeSshdHostKey(const std::string& name, const std::string& dir);
+  Status DestroyBrowserProfile(const std::string& name, const std::string& dir);
   // WipeHome and Wipe: `drop` takes layers out of the config (naming them in `dropped`) in the
   // one commit that installs a fresh empty home (store.cc).
   Status ReplaceHome(const std::string& name, lifecycle::Action action, bool compact,
