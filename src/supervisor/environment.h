@@ -28,7 +28,7 @@ inline constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin
 // The caller's variables the supervisor keeps (when set and non-empty), besides PATH: each is
 // read by code the supervisor runs (vault/keys.cc, supervisor/egress.cc, supervisor.cc,
 // vm/meta_disk.cc).
-inline constexpr std::array<std::string_view, 16> kSupervisorVariables = {
+inline constexpr std::array<std::string_view, 17> kSupervisorVariables = {
     "DBUS_SESSION_BUS_ADDRESS",     // vault: Secret Service key backend
     "CLOISTER_VAULT_KEY_BACKEND",   // vault: file | secret-service
     "CLOISTER_TCG_CPU",             // QEMU -cpu under TCG
