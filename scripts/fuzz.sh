@@ -6,7 +6,7 @@
 #   scripts/fuzz.sh ext4_bitmap     # one target
 # Env: CLOISTER_FUZZ_BUILD_DIR (default build-fuzz), CLOISTER_FUZZ_SECONDS, CLOISTER_FUZZ_JOBS.
 # Libraries are built with -fsanitize=fuzzer-no-link so the fuzzers see coverage inside them.
-# Cost: ~1-2 minutes to build plus SECONDS per target on 2 cores.
+# Cost: ~1-2 minutes to build plus SECONDS per target, JOBS targets at a time (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${CLOISTER_FUZZ_BUILD_DIR:-build-fuzz}"
@@ -29,22 +29,34 @@ export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for t in "${targets[@]}"; do
-  bin="$BUILD/fuzz/${t}_fuzzer"
-  corpus="fuzz/corpus/$t"
-  [ -d "$corpus" ] || { echo "fuzz.sh: $t has no corpus in $corpus" >&2; exit 1; }
+# One target: replay its corpus, then fuzz it. Its output goes to $work/$t.out and its status
+# to $work/$t.status, so JOBS targets can run at once (each fuzzer is single-threaded).
+run_one() {
+  local t="$1" bin="$BUILD/fuzz/${1}_fuzzer" corpus="fuzz/corpus/$1"
+  [ -d "$corpus" ] || { echo "fuzz.sh: $t has no corpus in $corpus"; return 1; }
   echo "== $t: replaying $(find "$corpus" -type f | wc -l) corpus files under ASan+UBSan"
-  "$bin" -runs=0 "$corpus" >"$work/$t.replay.log" 2>&1 || { cat "$work/$t.replay.log" >&2; echo "fuzz.sh: $t corpus replay FAILED" >&2; exit 1; }
+  "$bin" -runs=0 "$corpus" >"$work/$t.replay.log" 2>&1 || { cat "$work/$t.replay.log"; echo "fuzz.sh: $t corpus replay FAILED"; return 1; }
   echo "== $t: fuzzing for ${SECONDS_EACH}s"
   # New inputs go to a scratch dir, so the checked-in corpus stays small and reviewed.
   mkdir -p "$work/$t"
   "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=$((1 << 20)) \
     -artifact_prefix="$work/$t-" "$work/$t" "$corpus" >"$work/$t.fuzz.log" 2>&1 || {
-    tail -n 60 "$work/$t.fuzz.log" >&2
-    for a in "$work/$t-"*; do [ -e "$a" ] && cp "$a" . && echo "fuzz.sh: crashing input saved as ./$(basename "$a")" >&2; done
-    echo "fuzz.sh: $t FAILED" >&2
-    exit 1
+    tail -n 60 "$work/$t.fuzz.log"
+    for a in "$work/$t-"*; do [ -e "$a" ] && cp "$a" . && echo "fuzz.sh: crashing input saved as ./$(basename "$a")"; done
+    echo "fuzz.sh: $t FAILED"
+    return 1
   }
   grep -E "^#[0-9]+.*DONE" "$work/$t.fuzz.log" | tail -n 1 || true
+}
+for t in "${targets[@]}"; do
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  ( rc=0; run_one "$t" >"$work/$t.out" 2>&1 || rc=$?; echo "$rc" >"$work/$t.status" ) &
 done
+wait
+failed=0
+for t in "${targets[@]}"; do
+  cat "$work/$t.out"
+  [ "$(cat "$work/$t.status" 2>/dev/null)" = 0 ] || { echo "fuzz.sh: $t did not pass" >&2; failed=1; }
+done
+((failed == 0)) || exit 1
 echo "fuzz.sh: ${#targets[@]} targets clean (${SECONDS_EACH}s each)"
