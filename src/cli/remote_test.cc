@@ -311,19 +311,33 @@ TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
   EXPECT_NE(ls.out.find("far"), std::string::npos);
 }
 
-// -p on create/run names this machine's ports; against a remote it would publish on the remote's
-// loopback instead: refused before anything runs there, with the way that publishes here.
-TEST_F(RemoteTest, PublishFlagsOfCreateAreRefusedAgainstARemote) {
+// -p names this machine's ports. `create -p` against a remote keeps the specs here (published at
+// each start through this machine, remote_vm_test); `run -p` and --auto-ports would publish on the
+// remote's loopback instead: refused before anything runs there, with the way that publishes here.
+TEST_F(RemoteTest, PublishFlagsOfRunAndAutoPortsAreRefusedAgainstARemote) {
   for (const std::vector<std::string>& flags :
        std::vector<std::vector<std::string>>{{"-p", "8080:80"}, {"-p8080:80"}, {"--publish=8080:80"},
                                              {"--publish", "8080:80"}, {"--auto-ports"}}) {
-    std::vector<std::string> args = {"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"};
+    std::vector<std::string> args = {"--host", url_, "run", "ws", "--image", "/nonexistent/disk.raw"};
     args.insert(args.end(), flags.begin(), flags.end());
     RunOutput r = Cloister(args);
     EXPECT_EQ(r.exit_code, kExitUsage) << flags[0] << ": " << r.err;
     EXPECT_NE(r.err.find("port NAME add"), std::string::npos) << r.err;
   }
-  // Without them the verb reaches the remote (which answers for its own reasons).
+  RunOutput auto_ports = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw",
+                                   "-p", "8080:80", "--auto-ports"});
+  EXPECT_EQ(auto_ports.exit_code, kExitUsage) << auto_ports.err;
+  // A bad spec is refused here, before the remote is asked.
+  RunOutput bad = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw",
+                            "-p", "99999:80"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.err.find("nonexistent"), std::string::npos) << bad.err;
+  // create -p reaches the remote without the flag (which answers for its own reasons), and
+  // nothing is kept here for a workspace the remote did not create.
+  RunOutput kept = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw",
+                             "-p", "8080:80"});
+  EXPECT_NE(kept.exit_code, 0);
+  EXPECT_NE(kept.err.find("nonexistent"), std::string::npos) << kept.err;
   RunOutput plain = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw"});
   EXPECT_NE(plain.exit_code, 0);
   EXPECT_EQ(plain.err.find("port NAME add"), std::string::npos) << plain.err;

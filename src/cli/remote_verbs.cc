@@ -6,6 +6,8 @@
 //   port ls     -> the remote's list with each tunnel's local end beside it
 //   ssh-config  -> a block whose ProxyCommand is ssh to the remote running `_ssh-stdio NAME`
 //                  there, with the remote workspace's host key pinned in a local file
+//   create -p   -> the remote creates without -p; the specs are kept here and every `start`
+//                  through this machine publishes them as `port add` does (PublishFile below)
 // Everything else is RunRemote as it is.
 //
 // Tunnel files: $XDG_RUNTIME_DIR/cloister/tunnels (else /tmp/cloister-UID/tunnels; 0700, ours)
@@ -531,6 +533,93 @@ int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefi
   return kExitOk;
 }
 
+// -p of `create` against a remote: the specs are this machine's, so they are kept here, in
+// <config>/cloister/remotes/TARGET/NAME.publish.json = {"url","name","publish":[SPEC...]} (0600),
+// and each `start NAME` through this machine publishes them as `port add` does (a tunnel per
+// spec). `rm NAME` through this machine deletes the file.
+std::string PublishFile(const RemoteTarget& t, const std::string& name) {
+  return fs::path(ContextsPath()).parent_path().string() + "/remotes/" + TargetId(t) + "/" + name +
+         ".publish.json";
+}
+
+// Splits -p/--publish values out of `create`'s arguments (before any "--").
+std::vector<std::string> TakePublishSpecs(std::vector<std::string>& rest) {
+  std::vector<std::string> specs, kept;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
+    if (a == "--") {
+      kept.insert(kept.end(), rest.begin() + static_cast<long>(i), rest.end());
+      break;
+    }
+    if ((a == "-p" || a == "--publish") && i + 1 < rest.size()) {
+      specs.push_back(rest[++i]);
+    } else if (a.rfind("--publish=", 0) == 0) {
+      specs.push_back(a.substr(10));
+    } else if (a.size() > 2 && a.rfind("-p", 0) == 0 && a[2] != '-') {
+      specs.push_back(a.substr(2));
+    } else {
+      kept.push_back(a);
+    }
+  }
+  rest = std::move(kept);
+  return specs;
+}
+
+// `create ... -p SPEC...` against a remote: the remote creates the workspace (without -p), this
+// machine keeps the specs for every later start through it.
+int CreateWithLocalPublish(const RemoteTarget& t, const std::vector<std::string>& prefix,
+                           std::vector<std::string> rest, const std::vector<std::string>& specs) {
+  for (const std::string& text : specs) {
+    if (auto spec = vm::ParsePortSpec(text); !spec.ok()) return Fail(spec.error());
+  }
+  bool as_json = false;
+  for (const std::string& a : rest) as_json |= a == "--json";
+  std::vector<std::string> args = prefix;
+  args.push_back("create");
+  args.insert(args.end(), rest.begin(), rest.end());
+  if (!as_json) args.push_back("--json");
+  int code = 0;
+  auto doc = RemoteJson(t, args, &code);
+  if (!doc.ok()) return code ? code : Fail(doc.error());
+  std::string name = doc->value("name", "");
+  if (!SafeName(name)) {
+    return Fail(Error(ErrorCode::kCorrupt, "the remote's create answer names no workspace",
+                      "check that both machines run the same cloister"));
+  }
+  std::string file = PublishFile(t, name);
+  std::error_code ec;
+  fs::create_directories(fs::path(file).parent_path(), ec);
+  chmod(fs::path(file).parent_path().parent_path().c_str(), 0700);
+  chmod(fs::path(file).parent_path().c_str(), 0700);
+  json saved = {{"url", t.url()}, {"name", name}, {"publish", specs}};
+  if (Status st = WriteFileAtomic(file, saved.dump() + "\n", 0600); !st.ok()) {
+    return Fail(st.error().WithHint("the workspace was created on " + t.url() +
+                                    "; publish with `port NAME add` after each start"));
+  }
+  if (as_json) {
+    std::cout << doc->dump(2) << "\n";
+  } else {
+    std::cout << "Created workspace '" << name << "' on " << t.url() << "\n";
+    for (const std::string& s : specs) {
+      std::cout << "  publishes " << s << " on this machine at each start through it\n";
+    }
+  }
+  return kExitOk;
+}
+
+// The specs `create -p` kept here for NAME (none when there is no file or it does not parse).
+std::vector<std::string> SavedPublishSpecs(const RemoteTarget& t, const std::string& name) {
+  auto text = ReadFileBounded(PublishFile(t, name), 64 << 10);
+  if (!text.ok()) return {};
+  json doc = json::parse(*text, nullptr, false);
+  std::vector<std::string> specs;
+  if (!doc.is_object() || !doc.value("publish", json()).is_array()) return specs;
+  for (const json& s : doc["publish"]) {
+    if (s.is_string()) specs.push_back(s.get<std::string>());
+  }
+  return specs;
+}
+
 // Verbs that stop a workspace: its tunnels here end after the remote verb succeeded.
 bool EndsTunnels(const std::string& verb) { return verb == "stop" || verb == "rm"; }
 
@@ -553,9 +642,20 @@ int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
   std::vector<std::string> prefix(args.begin(), args.begin() + static_cast<long>(v));
   std::vector<std::string> rest(args.begin() + static_cast<long>(v) + 1, args.end());
   const std::string& verb = args[v];
+  if (verb == "create") {
+    std::vector<std::string> kept = rest;
+    std::vector<std::string> specs = TakePublishSpecs(kept);
+    bool auto_ports = false;
+    for (const std::string& a : kept) {
+      if (a == "--") break;
+      auto_ports |= a == "--auto-ports";
+    }
+    if (!specs.empty() && !auto_ports) return CreateWithLocalPublish(t, prefix, kept, specs);
+  }
   if (verb == "create" || verb == "run") {
     // -p names ports of the machine that runs the verb: over --host that would be the remote's
-    // loopback, not this one's. Refused (fail closed) with the way that publishes here.
+    // loopback, not this one's. `create -p` is published here at each start (above); `run -p`
+    // and --auto-ports are refused (fail closed) with the way that publishes here.
     for (const std::string& a : rest) {
       if (a == "--") break;
       if (a == "-p" || a.rfind("--publish", 0) == 0 || a == "--auto-ports" ||
@@ -576,6 +676,16 @@ int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
     for (const std::string& a : rest) {
       if (!SafeName(a)) continue;
       for (const Tunnel& tun : Tunnels(t, a)) EndTunnel(tun);
+      if (verb == "rm") unlink(PublishFile(t, a).c_str());
+    }
+  }
+  if (code == 0 && verb == "start") {
+    // What `create -p` kept here is published now, as `port add` would (a tunnel per spec).
+    for (const std::string& a : rest) {
+      if (!SafeName(a)) continue;
+      std::vector<std::string> specs = SavedPublishSpecs(t, a);
+      if (specs.empty() || !Tunnels(t, a).empty()) continue;
+      if (int c = PortAdd(t, prefix, a, specs, /*as_json=*/false); c != kExitOk) return c;
     }
   }
   return code;

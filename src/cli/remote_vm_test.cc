@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -139,9 +140,14 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
 
   // create on the remote; ssh-config before the boot makes the remote store's client key, so the
   // guest's sshd accepts it from this start.
+  // -p of create names this machine's port: kept here, published at each start through it.
+  const int hp0 = testing::FreeLoopbackPort();
   RunOutput created = Remote({"create", "ws", "--image", image_dir() + "/disk.raw", "--memory", "384",
-                              "--cpus", "1", "--home-size", "256M"});
+                              "--cpus", "1", "--home-size", "256M", "-p",
+                              "127.0.0.1:" + std::to_string(hp0) + ":8081"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.out.find("publishes 127.0.0.1:" + std::to_string(hp0) + ":8081"), std::string::npos)
+      << created.out;
   RunOutput cfg = Remote({"ssh-config", "ws"});
   ASSERT_EQ(cfg.exit_code, 0) << cfg.err;
   EXPECT_NE(cfg.out.find("Host ws.cloister"), std::string::npos) << cfg.out;
@@ -267,12 +273,15 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
   EXPECT_NE(vm::testing::Slurp("/proc/" + std::to_string(tunnel_pid) + "/cmdline").find("-L"),
             std::string::npos);
   EXPECT_NE(HttpGet(hp).find("remote-page"), std::string::npos);
+  EXPECT_NE(HttpGet(hp0).find("remote-page"), std::string::npos) << "create -p was not published";
   RunOutput ls = Remote({"port", "ws", "ls", "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.err;
   json listed = json::parse(ls.out, nullptr, false);
   ASSERT_TRUE(listed.is_object()) << ls.out;
-  ASSERT_EQ(listed["local"].size(), 1u) << ls.out;
-  EXPECT_EQ(listed["local"][0].value("local_port", 0), hp);
+  ASSERT_EQ(listed["local"].size(), 2u) << ls.out;  // create -p's and port add's
+  std::set<int> local_ports;
+  for (const json& l : listed["local"]) local_ports.insert(l.value("local_port", 0));
+  EXPECT_EQ(local_ports, (std::set<int>{hp0, hp})) << ls.out;
   bool remote_end = false;
   for (const json& p : listed["ports"]) remote_end |= p.value("host_port", 0) == rp;
   EXPECT_TRUE(remote_end) << ls.out;
@@ -367,6 +376,7 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
     EXPECT_TRUE(Gone(tunnel2));
   }
   EXPECT_EQ(Connect(hp2), -1);
+  EXPECT_EQ(Connect(hp0), -1);  // create -p's tunnel ended with the workspace too
   EXPECT_EQ(vm::DeriveStatus(vm::RunPathsFor(*store_, "ws")).state, vm::VmState::kStopped);
 }
 
