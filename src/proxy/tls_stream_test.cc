@@ -25,6 +25,8 @@ using Stream = BatchedTlsStream<tcp::socket>;
 class MemPeer {
  public:
   MemPeer(int fd, const std::string& ca_pem) : fd_(fd) {
+    timeval limit{10, 0};  // a stream that never answers fails the test instead of hanging it
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     ctx_ = SSL_CTX_new(TLS_client_method());
     BIO* b = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
     X509* ca = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
@@ -137,10 +139,10 @@ class TlsStreamTest : public ::testing::Test {
     runner_ = std::thread([this] { io_.run(); });
   }
   void TearDown() override {
-    stream_.reset();
     work_.reset();
     io_.stop();
     runner_.join();
+    stream_.reset();  // after the loop stopped: a failed test may leave an operation pending
   }
   // The stream over the accepted socket, handshake done with the peer.
   void Establish() {
@@ -253,7 +255,7 @@ TEST_F(TlsStreamTest, HandshakeTakesBytesAlreadyReadAsItsStart) {
   stream_.emplace(std::move(server_sock_), server_ctx_);
   auto hs = stream_->async_handshake(asio::ssl::stream_base::server, asio::buffer(first),
                                      asio::use_future);
-  ASSERT_TRUE(peer_->Handshake());
+  ASSERT_TRUE(peer_->Handshake()) << "the stream did not take the prefix as the hello's start";
   EXPECT_EQ(hs.get(), 5u);
   peer_->SendAll(peer_->Encrypt("ping", 16384));
   EXPECT_EQ(ReadN(4, 100), "ping");
