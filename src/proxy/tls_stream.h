@@ -89,7 +89,7 @@ class BatchedTlsStream {
   template <class Token>
   auto async_handshake(boost::asio::ssl::stream_base::handshake_type type, Token&& token) {
     return boost::asio::async_compose<Token, void(boost::system::error_code)>(
-        HandshakeOp<false>{this, type, 0, 0, {}}, token, sock_);
+        HandshakeOp<false>{this, type, 0, 0, {}, false}, token, sock_);
   }
   // A server handshake whose first bytes were already read (`prefix`); completes with
   // (error_code, bytes of `prefix` used): always all of them, as they are the peer's TLS bytes.
@@ -104,31 +104,33 @@ class BatchedTlsStream {
       n += b.size();
     }
     return boost::asio::async_compose<Token, void(boost::system::error_code, size_t)>(
-        HandshakeOp<true>{this, type, n, 0, {}}, token, sock_);
+        HandshakeOp<true>{this, type, n, 0, {}, false}, token, sock_);
   }
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
     return boost::asio::async_compose<Token, void(boost::system::error_code, size_t)>(
-        ReadOp<MutableBuffers>{this, buffers, 0, {}, 0}, token, sock_);
+        ReadOp<MutableBuffers>{this, buffers, 0, {}, 0, false}, token, sock_);
   }
   template <class ConstBuffers, class Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return boost::asio::async_compose<Token, void(boost::system::error_code, size_t)>(
-        WriteOp<ConstBuffers>{this, buffers, 0, {}, 0}, token, sock_);
+        WriteOp<ConstBuffers>{this, buffers, 0, {}, 0, false}, token, sock_);
   }
 
  private:
   using error_code = boost::system::error_code;
 
-  // Every op completes through its executor, never inside the call that started it (asio's rule
-  // for composed operations; a coroutine resumed from inside its own initiation would nest).
+  // No op completes inside the call that started it (asio's rule for composed operations; a
+  // coroutine resumed from inside its own initiation would nest): an op done at once is posted,
+  // one resumed by a wait or a send (`resumed`) completes there, without another trip.
   template <bool kWithUsed>
   struct HandshakeOp {
     BatchedTlsStream* s;
     boost::asio::ssl::stream_base::handshake_type type;
     size_t used = 0;
-    int state = 0;  // 0 start, 1 waiting to read, 3 sending a flight, 2 done (posted)
+    int state = 0;  // 0 start, 1 waiting to read, 3 sending a flight, 2 done
     error_code result;
+    bool resumed = false;
     template <class Self>
     void operator()(Self& self, error_code ec = {}, size_t = 0) {
       if (state == 2) {
@@ -153,6 +155,7 @@ class BatchedTlsStream {
       for (;;) {
         if (!s->io_.out.empty()) {  // a flight to send before anything else
           state = 3;
+          resumed = true;
           s->StartSend(std::move(self));
           return;
         }
@@ -165,6 +168,7 @@ class BatchedTlsStream {
         int err = SSL_get_error(s->ssl_, r);
         if (err == SSL_ERROR_WANT_READ && s->io_.out.empty()) {
           state = 1;
+          resumed = true;
           s->sock_.async_wait(Socket::wait_read, std::move(self));
           return;
         }
@@ -176,6 +180,7 @@ class BatchedTlsStream {
     void Done(Self& self, error_code ec) {
       result = ec;
       state = 2;
+      if (resumed) return (*this)(self);  // already a continuation: complete now
       boost::asio::post(s->sock_.get_executor(), std::move(self));
     }
   };
@@ -184,9 +189,10 @@ class BatchedTlsStream {
   struct ReadOp {
     BatchedTlsStream* s;
     MutableBuffers buffers;
-    int state = 0;  // 0 start, 2 done (posted)
+    int state = 0;  // 0 start, 2 done
     error_code result;
     size_t total = 0;
+    bool resumed = false;
     template <class Self>
     void operator()(Self& self, error_code ec = {}, size_t = 0) {
       if (state == 2) return self.complete(result, total);
@@ -237,12 +243,14 @@ class BatchedTlsStream {
         empty &= boost::asio::mutable_buffer(*it).size() == 0;
       }
       if (empty) return Done(self, {});
+      resumed = true;
       s->sock_.async_wait(Socket::wait_read, std::move(self));
     }
     template <class Self>
     void Done(Self& self, error_code ec) {
       result = ec;
       state = 2;
+      if (resumed) return (*this)(self);  // already a continuation: complete now
       boost::asio::post(s->sock_.get_executor(), std::move(self));
     }
   };
@@ -251,9 +259,10 @@ class BatchedTlsStream {
   struct WriteOp {
     BatchedTlsStream* s;
     ConstBuffers buffers;
-    int state = 0;  // 0 start, 1 sending, 2 done (posted)
+    int state = 0;  // 0 start, 1 sending, 2 done
     error_code result;
     size_t total = 0;
+    bool resumed = false;
     template <class Self>
     void operator()(Self& self, error_code ec = {}, size_t = 0) {
       if (state == 2) return self.complete(result, total);
@@ -301,12 +310,14 @@ class BatchedTlsStream {
       if (gather.capacity() > 64 * 1024) gather = std::string();
       if (!ok) return Done(self, result);
       if (s->io_.out.empty()) return Done(self, {});
+      resumed = true;
       s->StartSend(std::move(self));
     }
     template <class Self>
     void Done(Self& self, error_code ec) {
       result = ec;
       state = 2;
+      if (resumed) return (*this)(self);  // already a continuation: complete now
       boost::asio::post(s->sock_.get_executor(), std::move(self));
     }
   };
