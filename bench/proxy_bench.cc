@@ -6,12 +6,15 @@
 // the proxy maps through its resolve override (it refuses a loopback address it is handed, see
 // upstream_address.h); mitmproxy knows no override, so its path CONNECTs to 127.0.0.1:PORT.
 // Reports requests/s (4 keep-alive connections), p50/p99 latency of sequential keep-alive requests
-// (and the latency each proxy adds over direct), MB/s for a 1 GiB download, and the CPU time the
+// (and the latency each proxy adds over direct), MB/s for a 1 GiB download (the median of
+// --rounds downloads per path, the paths interleaved so a shared machine's load falls on all of
+// them alike; each round's cloister/direct ratio too), and the CPU time the
 // whole process (client, upstream and, when on the path, the proxy) spent per GiB of it: the
 // proxy's own cost per GiB is cloister's figure minus direct's, and holds up on a loaded machine
 // where MB/s does not.
 // --smoke: tiny sizes (seconds); exits 1 when any measured path fails (scripts/bench-smoke.sh).
-// Usage: proxy_bench [--smoke] [--requests N] [--seconds S] [--bulk-mib M] [--no-mitmproxy]
+// Usage: proxy_bench [--smoke] [--requests N] [--seconds S] [--bulk-mib M] [--rounds R]
+//                    [--no-mitmproxy]
 //                    [--only direct|cloister|mitmproxy]
 #include <openssl/ssl.h>
 #include <signal.h>
@@ -119,8 +122,7 @@ struct Figures {
   bool ok = false;
 };
 
-Figures Measure(const Target& t, uint16_t upstream_port, int requests, double seconds,
-                uint64_t bulk_bytes) {
+Figures Measure(const Target& t, uint16_t upstream_port, int requests, double seconds) {
   Figures f;
   try {
     asio::io_context io;
@@ -158,25 +160,41 @@ Figures Measure(const Target& t, uint16_t upstream_port, int requests, double se
       for (auto& th : ts) th.join();
       f.rps = done / std::chrono::duration<double>(Clock::now() - t0).count();
     }
-    if (bulk_bytes) {
-      Conn c(io, t, upstream_port);
-      auto t0 = Clock::now();
-      double cpu0 = ProcessCpuSeconds();
-      uint64_t got = c.Get("/bulk");
-      double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (got != bulk_bytes) {
-        throw std::runtime_error("bulk download: " + std::to_string(got) + " of " +
-                                 std::to_string(bulk_bytes) + " bytes");
-      }
-      f.mbps = got / 1e6 / s;
-      f.cpu_s_per_gib = (ProcessCpuSeconds() - cpu0) / (static_cast<double>(got) / (1 << 30));
-    }
     if (f.rps <= 0) throw std::runtime_error("no request completed in the throughput phase");
     f.ok = true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", t.name.c_str(), e.what());
   }
   return f;
+}
+
+// One bulk download on a fresh connection: MB/s and the process's CPU per GiB; false on failure.
+bool Bulk(const Target& t, uint16_t upstream_port, uint64_t bulk_bytes, double& mbps,
+          double& cpu_s_per_gib) {
+  try {
+    asio::io_context io;
+    Conn c(io, t, upstream_port);
+    auto t0 = Clock::now();
+    double cpu0 = ProcessCpuSeconds();
+    uint64_t got = c.Get("/bulk");
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (got != bulk_bytes) {
+      throw std::runtime_error("bulk download: " + std::to_string(got) + " of " +
+                               std::to_string(bulk_bytes) + " bytes");
+    }
+    mbps = got / 1e6 / s;
+    cpu_s_per_gib = (ProcessCpuSeconds() - cpu0) / (static_cast<double>(got) / (1 << 30));
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s bulk: %s\n", t.name.c_str(), e.what());
+    return false;
+  }
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 bool WaitForPort(uint16_t port, std::chrono::seconds timeout) {
@@ -204,17 +222,19 @@ int main(int argc, char** argv) {
   int requests = 2000;
   double seconds = 3;
   uint64_t bulk_mib = 1024;
+  int rounds = 3;
   bool mitm = true;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "0";
     if (a == "--no-mitmproxy") mitm = false;
-    else if (a == "--smoke") requests = 100, seconds = 0.3, bulk_mib = 16;
+    else if (a == "--smoke") requests = 100, seconds = 0.3, bulk_mib = 16, rounds = 1;
     else if (a == "--only") only = v, ++i;
     else if (a == "--requests") requests = std::atoi(v), ++i;
     else if (a == "--seconds") seconds = std::atof(v), ++i;
     else if (a == "--bulk-mib") bulk_mib = std::strtoull(v, nullptr, 10), ++i;
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(v)), ++i;
   }
   const uint64_t bulk = bulk_mib << 20;
   char tmpl[] = "/tmp/cloister-bench-XXXXXX";
@@ -278,22 +298,41 @@ int main(int argc, char** argv) {
   }
 
   std::printf("proxy bench: loopback, TLS both legs, %d sequential requests, 4 conns x %.1f s, "
-              "%llu MiB download\n", requests, seconds, static_cast<unsigned long long>(bulk_mib));
-  std::printf("%-10s %10s %10s %10s %12s %10s %10s\n", "path", "req/s", "p50 us", "p99 us",
-              "added p50", "MB/s", "cpu s/GiB");
+              "%llu MiB download x %d rounds\n", requests, seconds,
+              static_cast<unsigned long long>(bulk_mib), rounds);
   bool failed = false;
-  Figures direct{};
   std::map<std::string, Figures> all;
   for (const Target& t : targets) {
     Figures f;
-    if (t.name != "mitmproxy" || t.proxy_port) f = Measure(t, up_port, requests, seconds, bulk);
+    if (t.name != "mitmproxy" || t.proxy_port) f = Measure(t, up_port, requests, seconds);
     all[t.name] = f;
-    if (t.name == "direct") direct = f;
+  }
+  // Bulk: the paths take turns, round after round.
+  std::map<std::string, std::vector<double>> mbps, cpu;
+  for (int r = 0; r < rounds && bulk; ++r) {
+    for (const Target& t : targets) {
+      if (!all[t.name].ok) continue;
+      double m = 0, c = 0;
+      if (!Bulk(t, up_port, bulk, m, c)) {
+        all[t.name].ok = false;
+        continue;
+      }
+      mbps[t.name].push_back(m);
+      cpu[t.name].push_back(c);
+    }
+  }
+  std::printf("%-10s %10s %10s %10s %12s %10s %10s\n", "path", "req/s", "p50 us", "p99 us",
+              "added p50", "MB/s", "cpu s/GiB");
+  const Figures& direct = all["direct"];
+  for (const Target& t : targets) {
+    Figures& f = all[t.name];
     if (!f.ok) {
       std::printf("%-10s failed\n", t.name.c_str());
       failed = true;
       continue;
     }
+    f.mbps = Median(mbps[t.name]);
+    f.cpu_s_per_gib = Median(cpu[t.name]);
     std::printf("%-10s %10.0f %10.0f %10.0f %9.0f us %10.0f %10.2f\n", t.name.c_str(), f.rps,
                 f.p50_us, f.p99_us, f.p50_us - direct.p50_us, f.mbps, f.cpu_s_per_gib);
     std::fflush(stdout);
@@ -305,9 +344,17 @@ int main(int argc, char** argv) {
   if (all["cloister"].ok && direct.ok) {
     std::printf("cloister added p50 latency: %.3f ms (goal < 1 ms)\n",
                 (all["cloister"].p50_us - direct.p50_us) / 1000.0);
-    std::printf("cloister/direct bulk MB/s: %.2f (goal >= 0.6); the proxy's own CPU: %.2f s/GiB\n",
-                all["cloister"].mbps / direct.mbps,
-                all["cloister"].cpu_s_per_gib - direct.cpu_s_per_gib);
+    if (bulk) {
+      std::printf("cloister/direct bulk MB/s: %.2f (goal >= 0.6); the proxy's own CPU: %.2f s/GiB\n",
+                  all["cloister"].mbps / direct.mbps,
+                  all["cloister"].cpu_s_per_gib - direct.cpu_s_per_gib);
+      std::printf("per round (MB/s direct / cloister = ratio):");
+      for (size_t r = 0; r < mbps["cloister"].size() && r < mbps["direct"].size(); ++r) {
+        std::printf("  %.0f / %.0f = %.2f", mbps["direct"][r], mbps["cloister"][r],
+                    mbps["cloister"][r] / mbps["direct"][r]);
+      }
+      std::printf("\n");
+    }
   }
 
   if (mitm_thread) {

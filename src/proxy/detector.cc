@@ -109,12 +109,21 @@ std::vector<Hit> PlaceholderSet::Scan(std::string_view text) const {
 void StreamScanner::Window(std::string& tail, std::string_view data, bool decoded,
                            std::vector<Hit>& hits) {
   size_t keep = set_.max_len_ > 0 ? set_.max_len_ - 1 : 0;
-  std::string window;
-  window.reserve(tail.size() + data.size());
-  window.append(tail);
-  window.append(data);
-  set_.SearchWindow(window, tail.size(), decoded, hits);
-  tail = window.size() > keep ? window.substr(window.size() - keep) : window;
+  // SECURITY: a placeholder that started in an earlier piece ends within the first `keep` bytes of
+  // this one: the seam (the tail and that much of `data`) is searched as one window; the rest of
+  // `data` is searched where it lies, not copied (a copy of every piece was a second pass over the
+  // body). A match inside the seam's part of `data` is found twice and counted once (AddUnique).
+  size_t head = std::min(keep, data.size());
+  seam_.assign(tail);
+  seam_.append(data.data(), head);
+  set_.SearchWindow(seam_, tail.size(), decoded, hits);
+  if (data.size() > head) set_.SearchWindow(data, 0, decoded, hits);
+  if (data.size() >= keep) {
+    tail.assign(data.data() + data.size() - keep, keep);
+  } else {
+    tail.append(data.data(), data.size());
+    if (tail.size() > keep) tail.erase(0, tail.size() - keep);
+  }
 }
 
 void StreamScanner::Feed(std::string_view data, std::vector<Hit>& hits) {

@@ -66,6 +66,7 @@ class StreamScanner {
   const PlaceholderSet& set_;
   std::string raw_tail_;
   std::string decoded_tail_;
+  std::string seam_;  // scratch: a tail and the start of the next piece
   std::string pct_;  // a pending "%" or "%X" not yet decodable
   bool seen_percent_ = false;
 };

@@ -1,6 +1,7 @@
 #include "proxy/fake_upstream.h"
 
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
@@ -188,7 +189,10 @@ class FakeUpstream::Impl {
       s.set_option(tcp::no_delay(true), ec);
       std::lock_guard<std::mutex> l(mu_);
       fds_.push_back(s.native_handle());
-      conn_threads_.emplace_back([this, sock = std::move(s)]() mutable { Serve(std::move(sock)); });
+      conn_threads_.emplace_back([this, sock = std::move(s)]() mutable {
+        pthread_setname_np(pthread_self(), "fake-upstream");
+        Serve(std::move(sock));
+      });
     }
   }
 

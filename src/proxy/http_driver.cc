@@ -329,18 +329,21 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     client_ok = !hec;
     std::string piece;
     while (client_ok && !rp->is_done()) {
-      res.body().data = io.data();
-      res.body().size = io.size();
+      // The parser writes the body straight into `piece`, the string the filters get (no copy
+      // between a read buffer and it); the resize zero-fills only what the last piece left unused.
+      piece.resize(kIoBuffer);
+      res.body().data = piece.data();
+      res.body().size = piece.size();
       auto [ec, n] = co_await http::async_read_some(upstream, up.buf, *rp, kTok);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         up_ok = false;
         break;
       }
-      size_t got = io.size() - res.body().size;
+      size_t got = piece.size() - res.body().size;
+      piece.resize(got);
       ex.rec.bytes_down += got;
       if (got == 0 && !rp->is_done()) continue;
-      piece.assign(io.data(), got);
       if (Status st = chain_.OnResponseBody(ex, res, piece, rp->is_done()); !st.ok()) {
         up_ok = false;  // the head is out: all that is left is to cut the response short
         break;
@@ -351,6 +354,7 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
       res.body().more = !rp->is_done();
       client_ok = co_await write_res();
     }
+    piece.resize(piece.capacity());  // all of it: an unredacted piece may have been longer
     vault::SecureWipe(piece);
   }
   ex.rec.latency_ms =

@@ -24,6 +24,7 @@
 #include "proxy/exchange.h"
 #include "proxy/http_head.h"
 #include "proxy/proxy.h"
+#include "proxy/tls_stream.h"
 
 namespace cloister::proxy {
 
@@ -35,8 +36,9 @@ using asio::awaitable;
 using boost::system::error_code;
 using GenericSocket = asio::generic::stream_protocol::socket;
 using TcpSocket = asio::ip::tcp::socket;
-using TlsStream = ssl::stream<TcpSocket>;
-using ClientTls = ssl::stream<GenericSocket>;
+// Both TLS legs: batched reads and writes (tls_stream.h), not asio::ssl::stream.
+using TlsStream = BatchedTlsStream<TcpSocket>;
+using ClientTls = BatchedTlsStream<GenericSocket>;
 inline constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
 inline constexpr size_t kIoBuffer = 64 * 1024;
 

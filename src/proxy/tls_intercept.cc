@@ -71,7 +71,7 @@ int Proxy::Impl::CertCallback(SSL* ssl, void* arg) {
 
 awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf,
                                           Origin origin, TraceRecord rec) {
-  ssl::stream<GenericSocket> tls(std::move(sock), server_ctx_);
+  ClientTls tls(std::move(sock), server_ctx_);
   std::string connect_host = origin.connect.host;
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), &connect_host);
   auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), kTok);
