@@ -84,7 +84,7 @@ void ClaudeStream(ResponseWriter& w, proxy::testing::Gate* hold) {
                       {"model", "claude-fake"}, {"content", json::array()},
                       {"stop_reason", nullptr}, {"stop_sequence", nullptr},
                       {"usage", {{"input_tokens", 12}, {"output_tokens", 1}}}}}});
-  if (hold) hold->Wait(std::chrono::minutes(4));
+  if (hold) hold->Wait(std::chrono::minutes(12));
   event("content_block_start", {{"type", "content_block_start"}, {"index", 0},
                                 {"content_block", {{"type", "text"}, {"text", ""}}}});
   event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
@@ -105,7 +105,7 @@ void CodexStream(ResponseWriter& w, proxy::testing::Gate* hold) {
     w.Chunk("event: " + data["type"].get<std::string>() + "\ndata: " + data.dump() + "\n\n");
   };
   event({{"type", "response.created"}, {"response", {{"id", "resp_fake"}}}});
-  if (hold) hold->Wait(std::chrono::minutes(4));
+  if (hold) hold->Wait(std::chrono::minutes(12));
   json item = {{"type", "message"}, {"role", "assistant"}, {"id", "msg_fake"},
                {"content", {{{"type", "output_text"}, {"text", kCodexAnswer}}}}};
   event({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", item}});
@@ -174,51 +174,53 @@ std::map<std::string, std::map<std::string, size_t>> ScanTree(
   return found;
 }
 
-// Runs as root in the guest with the pids to scan as arguments: prints "pid PID bytes N regions
-// R" per process, then every distinct run of >= 40 token characters (base64url, JWT dots, JSON
-// string bytes such as -_+/=) in each readable mapping with resident pages, except read-only
-// mappings of files. SECURITY of the proof: the guest gets no needle; the host searches the runs.
-const char kMemScan[] = R"JS(
+// Runs as root in the guest with the pids to scan as arguments ($0 is the page reader below):
+// prints "pid PID regions R resident N bytes" per process, then every distinct run of >= 40
+// token characters (base64url, JWT dots, and -_+/=) in the resident pages (pagemap's present
+// bit) of each readable mapping, except read-only mappings of files (their files are the
+// clients' binaries and the image's libraries: the host-side scans cover them). Claude's bun
+// reserves gigabytes it never touches, so only present pages are read. SECURITY of the proof:
+// the guest gets no needle; the host searches the runs.
+const char kPageReader[] = R"JS(
 const fs = require('fs');
-const runs = new Set();
-const re = /[A-Za-z0-9._+\/=-]{40,}/g;
-for (const pid of process.argv.slice(2)) {
-  let smaps;
-  try { smaps = fs.readFileSync('/proc/' + pid + '/smaps', 'latin1'); }
-  catch (e) { console.log('error ' + pid + ' ' + e.code); continue; }
-  const regions = []; let cur = null;
-  for (const line of smaps.split('\n')) {
-    const m = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
-    if (m) { cur = {s: parseInt(m[1], 16), e: parseInt(m[2], 16), perm: m[3], path: m[4]};
-             regions.push(cur); continue; }
-    const r = /^Rss:\s+(\d+) kB/.exec(line);
-    if (r && cur) cur.rss = Number(r[1]);
-  }
-  const fd = fs.openSync('/proc/' + pid + '/mem', 'r');
-  let bytes = 0, scanned = 0;
-  const buf = Buffer.alloc(4 << 20);
-  for (const g of regions) {
-    if (g.perm[0] !== 'r' || !g.rss) continue;
-    if (g.path.startsWith('/') && g.perm[1] !== 'w') continue;
-    scanned++;
-    let tail = '';
-    for (let off = g.s; off < g.e; ) {
-      const want = Math.min(buf.length, g.e - off);
-      let n = 0;
-      try { n = fs.readSync(fd, buf, 0, want, off); } catch (e) { break; }
-      if (n <= 0) break;
-      bytes += n;
-      const text = tail + buf.toString('latin1', 0, n);
-      for (const m of text.matchAll(re)) runs.add(m[0]);
-      tail = text.slice(-4096);
-      off += n;
-    }
-  }
-  fs.closeSync(fd);
-  console.log('pid ' + pid + ' bytes ' + bytes + ' regions ' + scanned);
+const pid = process.argv[2];
+let regions = 0, bytes = 0;
+const smaps = fs.readFileSync('/proc/' + pid + '/smaps', 'latin1');
+const mem = fs.openSync('/proc/' + pid + '/mem', 'r');
+const pm = fs.openSync('/proc/' + pid + '/pagemap', 'r');
+const todo = [];
+let cur = null;
+for (const line of smaps.split('\n')) {
+  const m = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
+  if (m) { cur = (m[3][0] === 'r' && !(m[4].startsWith('/') && m[3][1] !== 'w')) ? m : null; continue; }
+  const r = /^Rss:\s+(\d+) kB/.exec(line);
+  if (r && cur && Number(r[1]) > 0) todo.push(cur);
+  if (r) cur = null;
 }
-for (const r of runs) console.log(r);
+for (const m of todo) {
+  const s = parseInt(m[1], 16), n = (parseInt(m[2], 16) - s) / 4096;
+  const map = Buffer.alloc(n * 8);
+  try { fs.readSync(pm, map, 0, n * 8, (s / 4096) * 8); } catch (e) { continue; }
+  regions++;
+  for (let i = 0; i < n; ) {
+    if (!(map[i * 8 + 7] & 0x80)) { i++; continue; }
+    let j = i;
+    while (j < n && (map[j * 8 + 7] & 0x80) && j - i < 4096) j++;
+    const buf = Buffer.alloc((j - i) * 4096);
+    try { const r = fs.readSync(mem, buf, 0, buf.length, s + i * 4096); fs.writeSync(1, buf, 0, r); bytes += r; }
+    catch (e) {}
+    fs.writeSync(1, '\n');
+    i = j;
+  }
+}
+fs.writeSync(2, 'pid ' + pid + ' regions ' + regions + ' resident ' + bytes + ' bytes\n');
 )JS";
+const char kMemScan[] = R"SH(
+printf '%s' "$0" > /tmp/pages.js
+for pid in "$@"; do node /tmp/pages.js $pid 2>> /tmp/pages.log; done |
+  tr -c 'A-Za-z0-9._+/=-' '\n' | grep -E '.{40,}' | sort -u
+cat /tmp/pages.log
+)SH";
 
 class OauthVmTest : public testing::CliVmTest {
  protected:
@@ -297,7 +299,18 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
                    R"({"type":"error","error":{"type":"authentication_error","message":"OAuth token has expired. Please obtain a new token or refresh your existing token."}})");
             return;
           }
-          if (r.method == "POST" && path == "/v1/messages") return ClaudeStream(w, gate());
+          if (r.method == "POST" && path == "/v1/messages") {
+            if (r.body.find("\"stream\":true") != std::string::npos) return ClaudeStream(w, gate());
+            // A retry without streaming (after a stream that idled past the client's limit).
+            if (auto* g = gate()) g->Wait(std::chrono::minutes(12));
+            json msg = {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"},
+                        {"model", "claude-fake"},
+                        {"content", {{{"type", "text"}, {"text", kClaudeAnswer}}}},
+                        {"stop_reason", "end_turn"}, {"stop_sequence", nullptr},
+                        {"usage", {{"input_tokens", 12}, {"output_tokens", 7}}}};
+            w.Send(200, ct, msg.dump());
+            return;
+          }
           w.Send(404, ct, R"({"type":"error","error":{"type":"not_found_error","message":"fake"}})");
           return;
         }
@@ -532,20 +545,31 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
   EXPECT_NE(environ.find("HTTPS_PROXY="), std::string::npos);
   std::vector<std::string> pids = claude_pids;
   pids.insert(pids.end(), codex_pids.begin(), codex_pids.end());
-  std::vector<std::string> scan_args = {kMemScan};  // $0: the script; then the pids
+  std::vector<std::string> scan_args = {kPageReader};  // $0: the page reader; then the pids
   scan_args.insert(scan_args.end(), pids.begin(), pids.end());
   t0 = Clock::now();
-  std::string mem = Exec("printf '%s' \"$0\" > /tmp/memscan.js && node /tmp/memscan.js \"$@\"",
-                         &code, "root", scan_args);
+  // In the background (an exec is bounded to 6 minutes; TCG reads slowly), polled, bounded.
+  Exec("(sh -c \"$0\" \"$@\" > /tmp/scan.out 2>&1; echo $? > /tmp/scan.rc) </dev/null "
+       ">/dev/null 2>&1 &",
+       &code, "root", [&] {
+         std::vector<std::string> a = {kMemScan};
+         a.insert(a.end(), scan_args.begin(), scan_args.end());
+         return a;
+       }());
+  EXPECT_TRUE(WaitFor([&] { return Exec("sleep 5; cat /tmp/scan.rc 2>/dev/null", nullptr,
+                                        "root") == "0\n"; },
+                      std::chrono::minutes(11)))
+      << Exec("cat /tmp/scan.rc /tmp/pages.log", nullptr, "root");
+  std::string mem = Exec("cat /tmp/scan.out", &code, "root");
   double mem_s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(code, 0) << mem.substr(0, 2000);
   std::string summary;
   for (const auto& l : Split(mem, '\n')) {
-    if (StartsWith(l, "pid ") || StartsWith(l, "error ")) summary += l + "; ";
+    if (StartsWith(l, "pid ") || l.find("rror") != std::string::npos) summary += l + "; ";
   }
   std::cerr << "[ figures ] memory scan of " << pids.size() << " processes: " << mem_s << " s, "
             << mem.size() << " bytes of runs back; " << summary << "\n";
-  EXPECT_EQ(summary.find("error"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("rror"), std::string::npos) << summary;
   EXPECT_EQ(has_real(mem), "") << "a real token in a client's memory";
   EXPECT_NE(mem.find(claude_access_ph), std::string::npos)
       << "claude's memory holds its access placeholder (the scan can find)";
