@@ -200,6 +200,14 @@ void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
       if (owner.ok() && chown(f.path.c_str(), owner->uid, owner->gid) != 0) {
         log("chown " + f.path + " failed");
       }
+      // Its parents inside home belong to the owner too (a client rewrites its credentials
+      // file with a temporary file beside it: ~/.claude, ~/.codex). lchown: never through a link.
+      if (owner.ok() && StartsWith(f.path, c.home + "/")) {
+        for (auto p = std::filesystem::path(f.path).parent_path();
+             p.string().size() > c.home.size(); p = p.parent_path()) {
+          if (lchown(p.c_str(), owner->uid, owner->gid) != 0) break;
+        }
+      }
     }
   }
 }
