@@ -44,8 +44,10 @@ using Clock = std::chrono::steady_clock;
 const std::string kReal =
     "sk-ant-api03-REALxKEYxBROWSERxTESTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV-_AA";
 
-// The fake Chromium (runs in the browser VM as dev).
-const char kFakeChromium[] = R"JS(
+// The fake Chromium (runs in the browser VM as dev, started by the guest agent's browser role
+// with Chromium's flags, which it ignores; guest/browser.h). The shebang matters: the agent
+// execs `chromium` from PATH.
+const char kFakeChromium[] = R"JS(#!/usr/bin/node
 const http = require('http'), https = require('https'), crypto = require('crypto'), fs = require('fs');
 const dir = (process.env.HOME || '/home/dev') + '/.fake-chromium';
 fs.mkdirSync(dir, {recursive: true});
