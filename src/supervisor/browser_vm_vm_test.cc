@@ -1,7 +1,7 @@
 // The browser VM's host side in real VMs (issue #18), under TCG with the test image and the real
 // `cloister` binary: one workspace boot and two browser VM boots. Until the browser image (bimage)
 // lands, the browser VM is the test image with a fake `chromium` (a Node script put at
-// /usr/local/bin/chromium through CLOISTER_BROWSER_FILES and started by dev's login shell): it
+// /usr/local/bin/chromium through CLOISTER_BROWSER_FILES and started by the agent's browser role): it
 // serves /json/version and a WebSocket echo on 127.0.0.1:9222, and /fetch?url=..., which makes
 // an HTTPS request from the browser VM the way a page load would (transparent egress: Node is
 // told about no proxy). Upstreams are local fakes reached through CLOISTER_PROXY_RESOLVE
@@ -103,14 +103,6 @@ srv.on('upgrade', (req, sock) => {
 srv.listen(9222, '127.0.0.1');
 )JS";
 
-// dev's login shell (the agent's terminal probe, then its tmux window) starts it once.
-const char kProfile[] =
-    ". /etc/profile.d/cloister.sh 2>/dev/null\n"
-    "if mkdir /tmp/fake-chromium.started 2>/dev/null; then\n"
-    "  S=; command -v setsid >/dev/null && S=setsid\n"
-    "  $S node /usr/local/bin/chromium >/tmp/fake-chromium.log 2>&1 < /dev/null &\n"
-    "fi\n";
-
 // In the workspace guest: GET http://127.0.0.1:9222<path> -> "HTTP <status> <body>" or "ERR ...".
 const char kGet[] = R"JS(
 const http = require('http');
@@ -157,7 +149,7 @@ class BrowserVmVmTest : public testing::CliVmTest {
     std::string out = Exec("ws", "node -e \"$0\" -- \"$1\" 2>&1", &code, "dev", {kGet, path});
     return Trim(out);
   }
-  // The fake's /json/version, retried (bounded) while dev's login shell is starting it.
+  // The fake's /json/version, retried (bounded) while the browser VM's agent is starting it.
   std::string VersionWhenUp() {
     std::string got;
     testing::WaitFor([&] {
@@ -213,9 +205,7 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   ASSERT_TRUE(fake.ok());
   const std::string addr = (*fake)->Address();
   json files = json::array({{{"path", "/usr/local/bin/chromium"}, {"content", kFakeChromium},
-                             {"mode", 0755}, {"owner", "root"}},
-                            {{"path", "/home/dev/.profile"}, {"content", kProfile},
-                             {"mode", 0644}, {"owner", "dev"}}});
+                             {"mode", 0755}, {"owner", "root"}}});
   std::string files_path = root_ + "/browser-files.json";
   std::ofstream(files_path) << files.dump();
   env_ = {{"CLOISTER_PROXY_RESOLVE", "shop.example:443=" + addr + ",evil.example:443=" + addr},
