@@ -5,8 +5,9 @@
 //
 // Usage: browser_bench [--image DIR] [--memory MIB] [--idle S] [--rounds N] [--smoke]
 //   DIR: the browser image (disk.raw, vmlinuz, initrd.img). Default: the build tree's test image
-//   with a fake `chromium` (a Node /json/version server, CLOISTER_BROWSER_FILES, started by dev's
-//   login shell): it measures the host side and a minimal guest, not Chromium's own start.
+//   with a fake `chromium` (a Node /json/version server put in place by CLOISTER_BROWSER_FILES
+//   and started by the guest agent's browser role): it measures the host side and a minimal
+//   guest, not Chromium's own start.
 //   --smoke: 1 round, 5 s idle; exits 1 when a step fails.
 #include <unistd.h>
 
@@ -28,13 +29,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const char kFake[] =
+    "#!/usr/bin/node\n"  // the agent execs `chromium` from PATH
     "require('http').createServer((q, s) => s.end(JSON.stringify({Browser: 'FakeChromium/1.0'})))"
     ".listen(9222, '127.0.0.1');\n";
-const char kProfile[] =
-    "if mkdir /tmp/fake-chromium.started 2>/dev/null; then\n"
-    "  S=; command -v setsid >/dev/null && S=setsid\n"
-    "  $S node /usr/local/bin/chromium >/tmp/fake-chromium.log 2>&1 < /dev/null &\n"
-    "fi\n";
 // Polls the CDP endpoint from the workspace guest until it answers (bounded: 600 tries).
 const char kPoll[] =
     "i=0; while [ $i -lt 600 ]; do "
@@ -80,8 +77,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> env;
   if (fake) {
     nlohmann::json files = nlohmann::json::array(
-        {{{"path", "/usr/local/bin/chromium"}, {"content", kFake}, {"mode", 0755}, {"owner", "root"}},
-         {{"path", "/home/dev/.profile"}, {"content", kProfile}, {"mode", 0644}, {"owner", "dev"}}});
+        {{{"path", "/usr/local/bin/chromium"}, {"content", kFake}, {"mode", 0755}, {"owner", "root"}}});
     std::string path = s->root() + "/browser-files.json";
     std::ofstream(path) << files.dump();
     env["CLOISTER_BROWSER_FILES"] = path;
