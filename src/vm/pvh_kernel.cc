@@ -1,13 +1,16 @@
 #include "vm/pvh_kernel.h"
 
+#include <fcntl.h>
 #include <lzma.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "base/file_util.h"
 
@@ -72,29 +75,40 @@ Result<std::string> DecodeXz(std::string_view in) {
 
 }  // namespace
 
-bool HasPvhEntry(std::string_view elf) {
+namespace {
+
+// Reads `n` bytes at `off` of an ELF of `size` bytes into *out; false if it cannot.
+using ElfReader = std::function<bool(uint64_t off, size_t n, std::string* out)>;
+
+// The ELF walk behind HasPvhEntry and HasPvhEntryFile: the header, the program headers, and only
+// the PT_NOTE segments (at most 1 MiB each), so a file is checked without reading all of it.
+bool PvhNoteIn(uint64_t size, const ElfReader& read) {
   // SECURITY: bounded walk of the ELF64 program headers and their notes; every offset is checked
-  // against the buffer before it is read.
-  if (elf.size() < 64 || elf.substr(0, 4) != "\x7f" "ELF" || elf[4] != 2 /* ELFCLASS64 */ ||
-      elf[5] != 1 /* little endian */ || Le16(elf, 18) != 62 /* EM_X86_64 */) {
+  // against the size before it is read.
+  std::string h;
+  if (size < 64 || !read(0, 64, &h) || h.substr(0, 4) != "\x7f" "ELF" || h[4] != 2 /* ELFCLASS64 */ ||
+      h[5] != 1 /* little endian */ || Le16(h, 18) != 62 /* EM_X86_64 */) {
     return false;
   }
-  uint64_t phoff = Le64(elf, 32);
-  uint16_t phentsize = Le16(elf, 54), phnum = Le16(elf, 56);
-  if (phentsize < 56 || phoff > elf.size() || phnum > (elf.size() - phoff) / phentsize) return false;
+  uint64_t phoff = Le64(h, 32);
+  uint16_t phentsize = Le16(h, 54), phnum = Le16(h, 56);
+  if (phentsize < 56 || phoff > size || phnum > (size - phoff) / phentsize) return false;
+  std::string phdrs;
+  if (!read(phoff, static_cast<size_t>(phnum) * phentsize, &phdrs)) return false;
   for (uint16_t i = 0; i < phnum; ++i) {
-    size_t ph = phoff + static_cast<size_t>(i) * phentsize;
-    if (Le32(elf, ph) != 4 /* PT_NOTE */) continue;
-    uint64_t off = Le64(elf, ph + 8), size = Le64(elf, ph + 32);
-    if (off > elf.size() || size > elf.size() - off) continue;
-    std::string_view notes = elf.substr(off, size);
+    size_t ph = static_cast<size_t>(i) * phentsize;
+    if (Le32(phdrs, ph) != 4 /* PT_NOTE */) continue;
+    uint64_t off = Le64(phdrs, ph + 8), len = Le64(phdrs, ph + 32);
+    if (off > size || len > size - off || len > (1u << 20)) continue;
+    std::string notes;
+    if (!read(off, static_cast<size_t>(len), &notes)) continue;
     size_t p = 0;
     while (notes.size() - p >= 12) {
       uint32_t namesz = Le32(notes, p), descsz = Le32(notes, p + 4), type = Le32(notes, p + 8);
       size_t name_pad = (static_cast<size_t>(namesz) + 3) & ~size_t{3};
       size_t desc_pad = (static_cast<size_t>(descsz) + 3) & ~size_t{3};
       if (name_pad > notes.size() - p - 12 || desc_pad > notes.size() - p - 12 - name_pad) break;
-      std::string_view name = notes.substr(p + 12, namesz);
+      std::string_view name = std::string_view(notes).substr(p + 12, namesz);
       if (type == kXenElfNotePhys32Entry && (name == std::string_view("Xen\0", 4) || name == "Xen")) {
         return true;
       }
@@ -102,6 +116,37 @@ bool HasPvhEntry(std::string_view elf) {
     }
   }
   return false;
+}
+
+// HasPvhEntry for a file, reading only what the walk needs (pread).
+bool HasPvhEntryFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            PvhNoteIn(static_cast<uint64_t>(st.st_size), [fd](uint64_t off, size_t n, std::string* out) {
+              out->assign(n, '\0');
+              size_t got = 0;
+              while (got < n) {
+                ssize_t r = pread(fd, out->data() + got, n - got, static_cast<off_t>(off + got));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) return false;
+                got += static_cast<size_t>(r);
+              }
+              return true;
+            });
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+bool HasPvhEntry(std::string_view elf) {
+  return PvhNoteIn(elf.size(), [elf](uint64_t off, size_t n, std::string* out) {
+    if (off > elf.size() || n > elf.size() - off) return false;
+    out->assign(elf.substr(off, n));
+    return true;
+  });
 }
 
 Result<std::string> ExtractPvhKernel(std::string_view b) {
@@ -145,12 +190,9 @@ Result<std::string> EnsurePvhKernel(const std::string& bzimage_path, const std::
     hex += kHex[md[i] & 15];
   }
   std::string path = cache_dir + "/" + hex + ".vmlinux";
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    // A cached file that is not a PVH ELF (truncated by hand, another file) is derived again.
-    auto head = ReadFileBounded(path, kMaxVmlinuxBytes);
-    if (head.ok() && HasPvhEntry(*head)) return path;
-  }
+  // A cached file that is not a PVH ELF (truncated by hand, another file) is derived again; the
+  // check reads its headers and notes only, not the whole kernel.
+  if (HasPvhEntryFile(path)) return path;
   ASSIGN_OR_RETURN(std::string elf, ExtractPvhKernel(bz));
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
