@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "catalog/names.h"
 #include "catalog/sha256.h"
@@ -131,10 +132,10 @@ struct FileStamp {
             {"size", size},     {"mtime_ns", mtime_ns}, {"ctime_ns", ctime_ns}};
   }
   bool Matches(const nlohmann::json& j) const {
-    return j.is_object() && j.value("dev", uint64_t{1}) == dev &&
-           j.value("inode", uint64_t{0}) == inode && j.value("size", uint64_t{0}) == size &&
-           j.value("mtime_ns", int64_t{-1}) == mtime_ns &&
-           j.value("ctime_ns", int64_t{-1}) == ctime_ns;
+    return j.is_object() && JsonInt<uint64_t>(j, "dev", 1) == dev &&
+           JsonInt<uint64_t>(j, "inode", 0) == inode && JsonInt<uint64_t>(j, "size", 0) == size &&
+           JsonInt<int64_t>(j, "mtime_ns", -1) == mtime_ns &&
+           JsonInt<int64_t>(j, "ctime_ns", -1) == ctime_ns;
   }
 };
 

@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -148,7 +149,7 @@ Status List(Cli& cli, Store& store, const std::vector<std::string>& names, bool 
   for (const json& w : all) {
     std::string ws = vm::JsonString(w, "workspace");
     for (const json& p : w.value("pending", json::array())) {
-      cli.out() << ws << "\twaiting\t#" << p.value("id", 0) << "\t" << Printable(vm::JsonString(p, "cred"))
+      cli.out() << ws << "\twaiting\t#" << JsonInt<uint64_t>(p, "id", 0) << "\t" << Printable(vm::JsonString(p, "cred"))
                 << "\t" << Printable(vm::JsonString(p, "method")) << " "
                 << Printable(vm::JsonString(p, "host")) << Printable(vm::JsonString(p, "path"))
                 << Printable(vm::JsonString(p, "request")) << "\n";
@@ -156,7 +157,7 @@ Status List(Cli& cli, Store& store, const std::vector<std::string>& names, bool 
     for (const json& g : w.value("grants", json::array())) {
       cli.out() << ws << "\tgranted\t" << Printable(vm::JsonString(g, "cred")) << "\t"
                 << vm::JsonString(g, "grant") << "\t";
-      if (g.contains("expires_in_s")) cli.out() << g.value("expires_in_s", 0) << " s left";
+      if (g.contains("expires_in_s")) cli.out() << JsonInt<int64_t>(g, "expires_in_s", 0) << " s left";
       else cli.out() << "until the VM stops";
       cli.out() << "\t" << Printable(vm::JsonString(g, "by")) << "\n";
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iomanip>
 
+#include "base/json_util.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/port_flags.h"
@@ -47,9 +48,9 @@ void PrintTable(Cli& cli, const json& ports) {
   for (const json& p : ports) {
     std::string ip = vm::JsonString(p, "host_ip");
     if (ip.find(':') != std::string::npos) ip = "[" + ip + "]";
-    std::string host = ip + ":" + std::to_string(p.value("host_port", 0));
-    cli.out() << std::setw(28) << host << std::setw(8) << p.value("guest_port", 0) << std::setw(8)
-              << vm::JsonString(p, "origin") << p.value("connections", 0) << "\n";
+    std::string host = ip + ":" + std::to_string(JsonInt<int>(p, "host_port", 0));
+    cli.out() << std::setw(28) << host << std::setw(8) << JsonInt<int>(p, "guest_port", 0) << std::setw(8)
+              << vm::JsonString(p, "origin") << JsonInt<uint64_t>(p, "connections", 0) << "\n";
   }
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include "base/json_util.h"
+
 namespace cloister::proxy {
 
 nlohmann::json TraceRecord::ToJson() const {
@@ -38,14 +40,14 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
   if (!j.is_object()) return Error(ErrorCode::kCorrupt, "trace record is not an object");
   TraceRecord r;
   try {
-    r.time_ms = j.value("time", int64_t{0});
+    r.time_ms = JsonInt<int64_t>(j, "time", 0);
     r.host = j.value("host", "");
-    r.port = j.value("port", uint16_t{0});
+    r.port = JsonInt<uint16_t>(j, "port", 0);
     r.method = j.value("method", "");
     r.path = j.value("path", "");
-    r.status = j.value("status", 0);
-    r.bytes_up = j.value("bytes_up", uint64_t{0});
-    r.bytes_down = j.value("bytes_down", uint64_t{0});
+    r.status = JsonInt<int>(j, "status", 0);
+    r.bytes_up = JsonInt<uint64_t>(j, "bytes_up", 0);
+    r.bytes_down = JsonInt<uint64_t>(j, "bytes_down", 0);
     r.latency_ms = j.value("latency_ms", 0.0);
     r.blocked = j.value("blocked", false);
     r.error = j.value("error", "");
@@ -60,7 +62,7 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
       for (const auto& d : j["consent"]) {
         if (!d.is_object()) continue;
         r.consent.push_back({d.value("credential", ""), d.value("decision", ""),
-                             d.value("by", ""), d.value("grant_s", int64_t{0}),
+                             d.value("by", ""), JsonInt<int64_t>(d, "grant_s", 0),
                              d.value("asked", false)});
       }
     }

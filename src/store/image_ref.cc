@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "store/layout.h"
 
@@ -96,9 +97,9 @@ Result<ImageIdentity> ResolveImage(Env* env, const std::string& images_dir,
     }
   }
   auto key_matches = [&](const nlohmann::json& e) {
-    return e.is_object() && e.value("size", uint64_t{0}) == info.apparent &&
-           e.value("mtime_ns", int64_t{0}) == info.mtime_ns &&
-           e.value("inode", uint64_t{0}) == info.inode && e.contains("sha256") &&
+    return e.is_object() && JsonInt<uint64_t>(e, "size", 0) == info.apparent &&
+           JsonInt<int64_t>(e, "mtime_ns", 0) == info.mtime_ns &&
+           JsonInt<uint64_t>(e, "inode", 0) == info.inode && e.contains("sha256") &&
            e["sha256"].is_string();
   };
   if (cache.contains(path) && key_matches(cache[path])) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/json_util.h"
 #include "vault/crypto.h"
 #include "vault/placeholder.h"
 
@@ -110,7 +111,7 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
   // SECURITY: the parsed JSON holds secret values; it is destroyed at the end of this scope.
   nlohmann::json doc = nlohmann::json::parse(*plain, nullptr, false);
   SecureWipe(plain.value());
-  if (doc.is_discarded() || !doc.is_object() || doc.value("version", 0) != 1 ||
+  if (doc.is_discarded() || !doc.is_object() || JsonInt<int>(doc, "version", 0) != 1 ||
       !doc.contains("credentials") || !doc["credentials"].is_array()) {
     return Error(ErrorCode::kCorrupt, location.secrets_file + ": unexpected content");
   }
