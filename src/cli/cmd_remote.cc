@@ -48,16 +48,19 @@ void AddRemoteCommand(CLI::App& app, Cli& cli) {
     cli.exit_code = RunCli(static_cast<int>(words.size()), argv.data(), cli.out(), cli.err(), cli.in());
   });
 
-  // `_ssh-material [NAME...]`: what a local `ssh-config` against this host needs, as JSON on
-  // stdout (the SSH channel): {"identity": the store's IDE client key (OpenSSH private key),
-  // "workspaces": [{"name", "known_hosts": the pin line}]}. The pins are (re)written here as
-  // `ssh-config` does. SECURITY: the key only opens the guests' sshd, which only `_ssh-stdio` on
+  // `_ssh-material [--keep-pin] [NAME...]`: what a local `ssh-config` or `ssh` against this host
+  // needs, as JSON on stdout (the SSH channel): {"identity": the store's IDE client key (OpenSSH
+  // private key), "workspaces": [{"name", "known_hosts": the pin line}]}. The pins are
+  // (re)written here as `ssh-config` does; with --keep-pin (a remote `ssh`) as `ssh` does: a
+  // missing pin is written, a pin naming another key (after a wipe) is refused. SECURITY: the key only opens the guests' sshd, which only `_ssh-stdio` on
   // this host reaches: its holder already needs SSH access here (docs/threat-model.md).
   auto* mat = app.add_subcommand("_ssh-material", "The remote end of ssh-config over --host (internal)");
   mat->group("");
   auto names = std::make_shared<std::vector<std::string>>();
+  auto keep_pin = std::make_shared<bool>(false);
   mat->add_option("NAME", *names);
-  mat->callback([&cli, names] {
+  mat->add_flag("--keep-pin", *keep_pin);
+  mat->callback([&cli, names, keep_pin] {
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));
       std::vector<std::string> list = *names;
@@ -65,7 +68,7 @@ void AddRemoteCommand(CLI::App& app, Cli& cli) {
         ASSIGN_OR_RETURN(auto all, store->List());
         for (const auto& w : all) list.push_back(w.name);
       }
-      ASSIGN_OR_RETURN(SshAccess access, PrepareSshAccess(cli, *store, list, /*repin=*/true));
+      ASSIGN_OR_RETURN(SshAccess access, PrepareSshAccess(cli, *store, list, /*repin=*/!*keep_pin));
       std::string keys_dir = store->root() + "/" + std::string(layout::kKeysDir);
       ASSIGN_OR_RETURN(std::string identity, ReadText(sshagent::ClientKeyPath(keys_dir)));
       nlohmann::json ws = nlohmann::json::array();

@@ -303,8 +303,8 @@ int RunRemote(const RemoteTarget& t, const std::vector<std::string>& args) {
 }
 
 Result<pid_t> SpawnRemote(const RemoteTarget& t, const std::vector<std::string>& args, int in_fd,
-                          int out_fd) {
-  std::vector<std::string> argv = RemoteSshArgv(t, args, /*tty=*/false);
+                          int out_fd, bool tty) {
+  std::vector<std::string> argv = RemoteSshArgv(t, args, tty);
   std::cout << std::flush;
   pid_t pid = fork();
   if (pid < 0) return ErrnoError("fork", errno);

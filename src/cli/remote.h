@@ -74,10 +74,10 @@ Status CheckRemoteClient(const std::string& protocol, const std::string& version
 // stop/rm's tunnels; below) get it, every other verb is RunRemote. `args` as SelectRemote left it.
 int RunRemoteVerb(const RemoteTarget& target, const std::vector<std::string>& args);
 
-// Starts ssh for `args` on `target` (never a pty) with `in_fd`/`out_fd` as its stdin/stdout (-1:
-// this process's) and this process's stderr; returns its pid.
+// Starts ssh for `args` on `target` (a pty only with `tty`) with `in_fd`/`out_fd` as its
+// stdin/stdout (-1: this process's) and this process's stderr; returns its pid.
 Result<pid_t> SpawnRemote(const RemoteTarget& target, const std::vector<std::string>& args,
-                          int in_fd, int out_fd);
+                          int in_fd, int out_fd, bool tty = false);
 // Waits for a SpawnRemote child: its exit code (128+signal), a lost connection (255) said on stderr.
 int WaitRemote(const RemoteTarget& target, pid_t pid);
 // Runs `args` on the remote (no pty) with stdout captured and stderr passed through.

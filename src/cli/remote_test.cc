@@ -314,16 +314,30 @@ TEST_F(RemoteTest, AnotherVersionIsRefusedAndALostConnectionIsSaid) {
 // -p names this machine's ports. `create -p` against a remote keeps the specs here (published at
 // each start through this machine, remote_vm_test); `run -p` and --auto-ports would publish on the
 // remote's loopback instead: refused before anything runs there, with the way that publishes here.
-TEST_F(RemoteTest, PublishFlagsOfRunAndAutoPortsAreRefusedAgainstARemote) {
+TEST_F(RemoteTest, PublishFlagsThatCannotBePublishedHereAreRefusedBeforeTheRemoteIsAsked) {
+  // run -d returns at once, so nothing here would live to carry a tunnel: refused, with the way.
   for (const std::vector<std::string>& flags :
        std::vector<std::vector<std::string>>{{"-p", "8080:80"}, {"-p8080:80"}, {"--publish=8080:80"},
                                              {"--publish", "8080:80"}, {"--auto-ports"}}) {
-    std::vector<std::string> args = {"--host", url_, "run", "ws", "--image", "/nonexistent/disk.raw"};
+    std::vector<std::string> args = {"--host", url_, "run", "ws", "-d", "--image", "/nonexistent/disk.raw"};
     args.insert(args.end(), flags.begin(), flags.end());
     RunOutput r = Cloister(args);
     EXPECT_EQ(r.exit_code, kExitUsage) << flags[0] << ": " << r.err;
-    EXPECT_NE(r.err.find("port NAME add"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("create NAME -p SPEC"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("nonexistent"), std::string::npos) << r.err;  // the remote was not asked
   }
+  // run -p reaches the remote (which answers for its own reasons) and leaves no tunnel here.
+  RunOutput run = Cloister({"--host", url_, "run", "ws", "--image", "/nonexistent/disk.raw", "-p", "0:80",
+                            "--", "true"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("nonexistent"), std::string::npos) << run.err;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ / "run" / "cloister" / "tunnels", ec)) {
+    ADD_FAILURE() << "left behind: " << e.path();
+  }
+  RunOutput bad_run = Cloister({"--host", url_, "run", "ws", "--image", "/nonexistent/disk.raw", "-p", "99999:80"});
+  EXPECT_NE(bad_run.exit_code, 0);
+  EXPECT_EQ(bad_run.err.find("nonexistent"), std::string::npos) << bad_run.err;
   RunOutput auto_ports = Cloister({"--host", url_, "create", "ws", "--image", "/nonexistent/disk.raw",
                                    "-p", "8080:80", "--auto-ports"});
   EXPECT_EQ(auto_ports.exit_code, kExitUsage) << auto_ports.err;
@@ -558,6 +572,258 @@ TEST_F(HostileRemoteTest, SshConfigRefusesAHostilePinAndWritesNone) {
   EXPECT_NE(good.out.find("Host ws.cloister"), std::string::npos) << good.out;
   EXPECT_NE(good.out.find("_ssh-stdio"), std::string::npos) << good.out;
   EXPECT_NE(good.out.find("127.0.0.1"), std::string::npos) << good.out;
+}
+
+// A remote whose cloister is a script answering per verb: `port` with ports.json, `ls` with
+// ls.json, `run` records its arguments, waits for a release file and echoes its stdin (exit 7),
+// `_ssh-material` records its arguments and answers with answer; anything else: answer.
+class ScriptedRemoteTest : public RemoteTest {
+ protected:
+  void SetUp() override {
+    RemoteTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    fake_ = dir_ / "scripted-cloister";
+    const std::string d = dir_.string();
+    WriteText(fake_, "#!/bin/sh\n"
+                     "shift 4\n"  // _remote PROTOCOL VERSION --
+                     "case \"$1\" in\n"
+                     "  port) cat " + d + "/ports.json ;;\n"
+                     "  ls) cat " + d + "/ls.json ;;\n"
+                     "  run) echo \"$@\" > " + d + "/run-args.tmp; mv " + d + "/run-args.tmp " + d + "/run-args\n"
+                     "       i=0; while [ ! -e " + d + "/release ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n"
+                     "       cat; exit 7 ;;\n"
+                     "  _ssh-material) echo \"$@\" > " + d + "/material-args; cat " + d + "/answer ;;\n"
+                     "  *) cat " + d + "/answer ;;\n"
+                     "esac\n");
+    chmod(fake_.c_str(), 0755);
+    ASSERT_EQ(Cloister({"context", "add", "fake", url_, "--cloister", fake_.string()}).exit_code, 0);
+  }
+  fs::path fake_;
+};
+
+// A listener on 127.0.0.1 standing in for a forward on the remote's loopback (the test's sshd is
+// on this machine): each connection gets `reply`. Bounded accept loop, stopped by the destructor.
+class Answerer {
+ public:
+  explicit Answerer(std::string reply) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd_, 8) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port_ = ntohs(a.sin_port);
+    }
+    thread_ = std::thread([this, reply] {
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0) continue;
+        int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        (void)!write(c, reply.data(), reply.size());
+        close(c);
+      }
+    });
+  }
+  ~Answerer() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// What 127.0.0.1:port answers ("" when nothing listens or it closes empty).
+std::string ReadFrom(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+bool AliveProcess(pid_t pid) {
+  std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
+  size_t close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && stat.compare(close_paren + 2, 1, "Z") != 0;
+}
+
+// `run -p` and `--auto-ports` through a remote: the remote gets each -p as 127.0.0.1:0:GUEST (its
+// own loopback), this machine tunnels the remote's `config` forwards to the -p ports and its
+// `auto` forwards to local ones while the run lives, never one the run did not ask for nor a
+// hostile entry; an auto forward the remote drops ends its tunnel; the run's exit code and stdin
+// pass through; every tunnel ends with the run.
+TEST_F(ScriptedRemoteTest, RunPublishesOnThisMachineWhileTheRunLives) {
+  Answerer config_fwd("config-forward\n"), auto_fwd("auto-forward\n"), added_fwd("added-forward\n");
+  ASSERT_GT(config_fwd.port(), 0);
+  auto ports = [&](bool with_auto) {
+    nlohmann::json list = nlohmann::json::array();
+    list.push_back({{"host_ip", "127.0.0.1"}, {"host_port", config_fwd.port()}, {"guest_port", 80}, {"origin", "config"}});
+    if (with_auto) {
+      list.push_back({{"host_ip", "127.0.0.1"}, {"host_port", auto_fwd.port()}, {"guest_port", 3000}, {"origin", "auto"}});
+    }
+    // Not the run's (a `port add` of someone else), and hostile numbers: no tunnel for any.
+    list.push_back({{"host_ip", "127.0.0.1"}, {"host_port", added_fwd.port()}, {"guest_port", 9999}, {"origin", "added"}});
+    list.push_back({{"host_port", 1e12}, {"guest_port", 80}, {"origin", "config"}});
+    list.push_back({{"host_port", -22}, {"guest_port", 80}, {"origin", "auto"}});
+    list.push_back({{"host_port", 70000}, {"guest_port", "80"}, {"origin", "auto"}});
+    return nlohmann::json{{"name", "ws"}, {"ports", list}}.dump();
+  };
+  WriteText(dir_ / "ports.json", ports(true));
+  const int hp = testing::FreeLoopbackPort();
+  RunOutput run;
+  std::thread runner([&] {
+    run = Cloister({"--context", "fake", "run", "ws", "-p", "127.0.0.1:" + std::to_string(hp) + ":80",
+                    "--auto-ports", "--", "cat"},
+                   "stdin-data\n");
+  });
+  const fs::path tunnels = dir_ / "run" / "cloister" / "tunnels";
+  auto tunnel_of = [&](int guest_port) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(tunnels, ec)) {
+      if (e.path().extension() != ".json") continue;
+      auto doc = nlohmann::json::parse(ReadText(e.path()), nullptr, false);
+      if (doc.is_object() && doc.value("guest_port", 0) == guest_port) return doc;
+    }
+    return nlohmann::json();
+  };
+  bool config_up = false, auto_up = false;
+  for (int i = 0; i < 600 && !(config_up && auto_up); ++i) {  // bounded: 60 s
+    config_up = config_up || ReadFrom(hp) == "config-forward\n";
+    auto doc = tunnel_of(3000);
+    auto_up = auto_up || (doc.is_object() && ReadFrom(doc.value("local_port", 0)) == "auto-forward\n");
+    if (!(config_up && auto_up)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(config_up) << "-p was not published on this machine";
+  EXPECT_TRUE(auto_up) << "the remote's auto forward was not published on this machine";
+  nlohmann::json config_tunnel = tunnel_of(80), auto_tunnel = tunnel_of(3000);
+  EXPECT_TRUE(tunnel_of(9999).is_null()) << "a forward the run did not ask for was tunnelled";
+  pid_t config_pid = config_tunnel.is_object() ? config_tunnel.value("pid", 0) : 0;
+  pid_t auto_pid = auto_tunnel.is_object() ? auto_tunnel.value("pid", 0) : 0;
+  EXPECT_GT(config_pid, 0);
+  EXPECT_GT(auto_pid, 0);
+  // The guest closed port 3000: the remote drops its auto forward, the tunnel here ends.
+  WriteText(dir_ / "ports.json", ports(false));
+  bool auto_gone = false;
+  for (int i = 0; i < 300 && !auto_gone && auto_pid > 0; ++i) {  // bounded: 30 s
+    auto_gone = !AliveProcess(auto_pid) && tunnel_of(3000).is_null();
+    if (!auto_gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(auto_gone) << "the tunnel of a dropped auto forward lives on";
+  EXPECT_EQ(ReadFrom(hp), "config-forward\n");  // the -p tunnel is still up meanwhile
+  // What the remote was asked: -p on its own loopback, --auto-ports as given, never the local port.
+  std::string args = ReadText(dir_ / "run-args");
+  EXPECT_NE(args.find("-p 127.0.0.1:0:80"), std::string::npos) << args;
+  EXPECT_NE(args.find("--auto-ports"), std::string::npos) << args;
+  EXPECT_EQ(args.find(std::to_string(hp)), std::string::npos) << args;
+  WriteText(dir_ / "release", "");
+  runner.join();
+  EXPECT_EQ(run.exit_code, 7) << run.err;
+  EXPECT_EQ(run.out, "stdin-data\n");
+  EXPECT_NE(run.err.find("published 127.0.0.1:" + std::to_string(hp)), std::string::npos) << run.err;
+  // Every tunnel ended with the run.
+  if (config_pid > 0) EXPECT_FALSE(AliveProcess(config_pid)) << "a tunnel outlived the run";
+  EXPECT_EQ(ReadFrom(hp), "");
+  EXPECT_TRUE(tunnel_of(80).is_null());
+}
+
+// `ssh-config --install` through a remote: the blocks go to remotes/TARGET/ssh_config, which
+// ~/.ssh/config Includes at its top (once); a block installed before stays while the remote still
+// has the workspace and goes when it does not.
+TEST_F(ScriptedRemoteTest, SshConfigInstallWritesTheIncludedFile) {
+  ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "idekey").string()})->exit_code, 0);
+  std::string key = ReadText(dir_ / "idekey");
+  std::string blob = Split(Trim(ReadText(dir_ / "idekey.pub")), ' ')[1];
+  auto material = [&](const std::vector<std::string>& names) {
+    nlohmann::json ws = nlohmann::json::array();
+    for (const std::string& n : names) ws.push_back({{"name", n}, {"known_hosts", n + ".cloister ssh-ed25519 " + blob}});
+    return nlohmann::json{{"identity", key}, {"workspaces", ws}}.dump();
+  };
+  const fs::path home = dir_ / "home";
+  fs::create_directories(home / ".ssh");
+  WriteText(home / ".ssh" / "config", "Host example\n  User me\n");
+  auto install = [&](const std::vector<std::string>& names) {
+    std::vector<std::string> args = {exe_, "--context", "fake", "ssh-config", "--install"};
+    args.insert(args.end(), names.begin(), names.end());
+    RunOptions ro = Env();
+    ro.env_set["HOME"] = home.string();
+    auto r = RunProcess(args, ro);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : RunOutput{};
+  };
+  WriteText(dir_ / "answer", material({"ws"}));
+  RunOutput first = install({"ws"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("now includes it"), std::string::npos) << first.out;
+  fs::path file;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "config" / "cloister" / "remotes")) {
+    if (e.path().filename() == "ssh_config") file = e.path();
+  }
+  ASSERT_FALSE(file.empty());
+  std::string blocks = ReadText(file);
+  EXPECT_NE(blocks.find("Host ws.cloister"), std::string::npos) << blocks;
+  EXPECT_NE(blocks.find("_ssh-stdio"), std::string::npos) << blocks;
+  std::string user_config = ReadText(home / ".ssh" / "config");
+  size_t include = user_config.find("Include \"" + file.string() + "\"\n");
+  EXPECT_NE(include, std::string::npos) << user_config;
+  EXPECT_LT(include, user_config.find("Host example")) << user_config;  // before every Host line
+  EXPECT_EQ(ReadText(dir_ / "material-args").find("--keep-pin"), std::string::npos);  // ssh-config re-pins
+  // Again with another workspace: ws stays (the remote still has it), the Include is not doubled.
+  WriteText(dir_ / "ls.json", R"([{"name":"ws"},{"name":"web"}])");
+  WriteText(dir_ / "answer", material({"web", "ws"}));
+  RunOutput second = install({"web"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.out.find("already includes it"), std::string::npos) << second.out;
+  EXPECT_NE(ReadText(dir_ / "material-args").find("web ws"), std::string::npos) << ReadText(dir_ / "material-args");
+  // ws removed on the remote: its block goes at the next install.
+  WriteText(dir_ / "ls.json", R"([{"name":"web"}])");
+  WriteText(dir_ / "answer", material({"web"}));
+  RunOutput third = install({"web"});
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(ReadText(dir_ / "material-args").find("ws"), std::string::npos) << ReadText(dir_ / "material-args");
+  EXPECT_EQ(ReadText(file).find("Host ws.cloister"), std::string::npos) << ReadText(file);
+  EXPECT_NE(ReadText(file).find("Host web.cloister"), std::string::npos) << ReadText(file);
+  std::string again = ReadText(home / ".ssh" / "config");
+  EXPECT_EQ(again.find("Include"), again.rfind("Include")) << again;
+}
+
+// `ssh NAME` through a remote runs this machine's ssh with the block's options: the material is
+// asked with --keep-pin (no re-pin, as the local `ssh`), the ProxyCommand runs `_ssh-stdio NAME`
+// on the remote. (The script is no sshd, so ssh fails there: 255; the VM test logs in for real.)
+TEST_F(ScriptedRemoteTest, SshRunsTheLocalSshThroughTheRemote) {
+  if (!ProgramExists("ssh")) GTEST_SKIP() << "needs openssh-client";
+  ASSERT_EQ(RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", (dir_ / "idekey").string()})->exit_code, 0);
+  std::string blob = Split(Trim(ReadText(dir_ / "idekey.pub")), ' ')[1];
+  WriteText(dir_ / "answer", nlohmann::json{{"identity", ReadText(dir_ / "idekey")},
+                                            {"workspaces", {{{"name", "ws"}, {"known_hosts", "ws.cloister ssh-ed25519 " + blob}}}}}
+                                 .dump());
+  RunOutput r = Cloister({"--context", "fake", "ssh", "ws", "--", "true"});
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(ReadText(dir_ / "material-args").find("--keep-pin ws"), std::string::npos) << ReadText(dir_ / "material-args");
+  // A hostile answer about another workspace is refused before ssh runs.
+  WriteText(dir_ / "answer", nlohmann::json{{"identity", ReadText(dir_ / "idekey")},
+                                            {"workspaces", {{{"name", "other"}, {"known_hosts", "other.cloister ssh-ed25519 " + blob}}}}}
+                                 .dump());
+  RunOutput other = Cloister({"--context", "fake", "ssh", "ws", "--", "true"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("not about ws"), std::string::npos) << other.err;
 }
 
 }  // namespace

@@ -25,7 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +35,9 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -41,8 +46,10 @@
 
 #include "base/file_util.h"
 #include "base/strings.h"
+#include "base/subprocess.h"
 #include "cli/cli.h"
 #include "cli/remote.h"
+#include "cli/ssh_access.h"
 #include "cli/ssh_config.h"
 #include "sshagent/ide_keys.h"
 #include "supervisor/control.h"
@@ -463,14 +470,132 @@ int RemotePort(const RemoteTarget& t, const std::vector<std::string>& prefix,
   return RunRemote(t, all);  // usage errors: the remote's
 }
 
+// This machine's files about a remote: $XDG_CONFIG_HOME/cloister/remotes/TARGET (docs/layout.md).
+std::string RemoteConfigDir(const RemoteTarget& t) {
+  return fs::path(ContextsPath()).parent_path().string() + "/remotes/" + TargetId(t);
+}
+
+// What `ssh-config` and `ssh` against a remote share: the remote's `_ssh-material` answer, checked
+// and written here under $XDG_CONFIG_HOME/cloister/remotes/TARGET/ (the client key, a pin per
+// workspace), as one SshHostSpec per workspace whose ProxyCommand goes through the remote.
+// `keep_pin` (ssh): the remote does not re-pin, so after a wipe there it refuses as `ssh` does
+// locally. *code is the remote's exit code when it failed (0 otherwise).
+Result<std::vector<SshHostSpec>> FetchSshMaterial(const RemoteTarget& t, const std::vector<std::string>& prefix,
+                                                  const std::vector<std::string>& names, bool keep_pin,
+                                                  int* code) {
+  std::vector<std::string> req = With(prefix, {"_ssh-material"});
+  if (keep_pin) req.push_back("--keep-pin");
+  req.insert(req.end(), names.begin(), names.end());
+  *code = 0;
+  ASSIGN_OR_RETURN(json doc, RemoteJson(t, req, code));
+  // The remote store's IDE client key (see threat-model.md: it opens only the guests' sshd, which
+  // is reachable only through `_ssh-stdio` on the remote, i.e. with SSH access to that host).
+  // SECURITY: parsed and re-written here, never copied as sent.
+  auto key = sshagent::ParseOpenSshPrivateKey(doc.value("identity", ""));
+  if (!key.ok()) {
+    return Error(ErrorCode::kCorrupt, "the remote sent no usable client key: " + key.error().message(),
+                 "check that both machines run the same cloister");
+  }
+  const json& list = doc["workspaces"];
+  if (!list.is_array()) return Error(ErrorCode::kCorrupt, "the remote's answer lists no workspaces");
+  // Everything is checked before anything is written.
+  std::vector<std::pair<std::string, std::string>> pins;  // name, line
+  for (const json& w : list) {
+    std::string name = w.is_object() && w.contains("name") && w["name"].is_string() ? w["name"].get<std::string>() : "";
+    if (!SafeName(name)) return Error(ErrorCode::kCorrupt, "the remote named a bad workspace");
+    std::string pin = w.is_object() && w.contains("known_hosts") && w["known_hosts"].is_string()
+                          ? w["known_hosts"].get<std::string>()
+                          : "";
+    ASSIGN_OR_RETURN(std::string line, CheckRemotePinLine(name, pin));
+    pins.emplace_back(name, line);
+  }
+  ASSIGN_OR_RETURN(auto pem, sshagent::OpenSshPrivateKey(*key, "cloister IDE key of " + t.url()));
+  std::string dir = RemoteConfigDir(t);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error(ErrorCode::kIo, "cannot create " + dir + ": " + ec.message());
+  chmod(fs::path(dir).parent_path().c_str(), 0700);
+  chmod(dir.c_str(), 0700);
+  std::string identity = dir + "/ssh-client";
+  RETURN_IF_ERROR(WriteFileAtomic(identity, pem.view(), 0600));
+  std::vector<SshHostSpec> specs;
+  for (const auto& [name, line] : pins) {
+    std::string pin = dir + "/" + name + ".known_hosts";
+    RETURN_IF_ERROR(WriteFileAtomic(pin, line + "\n", 0644));
+    SshHostSpec spec;
+    spec.name = name;
+    spec.identity = identity;
+    spec.known_hosts = pin;
+    // ssh to the remote (the user's own ssh, as every remote verb), running `_ssh-stdio NAME` there.
+    spec.proxy_argv = RemoteSshArgv(t, With(prefix, {"_ssh-stdio", name}), /*tty=*/false);
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+// `ssh-config --install` against a remote: the blocks go to remotes/TARGET/ssh_config (rewritten
+// by each run; a block installed before stays while the remote still has that workspace), which
+// ~/.ssh/config Includes (one line at its top, as the local --install does for <store>/ssh_config;
+// a separate file, so neither --install drops the other's blocks).
+int InstallRemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefix,
+                           std::vector<std::string> names) {
+  std::string file = RemoteConfigDir(t) + "/" + kSshConfigFile;
+  if (!names.empty()) {
+    auto old = ReadFileBounded(file, 1 << 20);
+    std::set<std::string> have(names.begin(), names.end());
+    std::vector<std::string> before;
+    for (const std::string& n : old.ok() ? SshConfigHosts(*old) : std::vector<std::string>()) {
+      if (!have.count(n) && SafeName(n)) before.push_back(n);
+    }
+    if (!before.empty()) {
+      int code = 0;
+      auto out = RemoteOutput(t, With(prefix, {"ls", "--json"}), &code);
+      if (!out.ok()) return Fail(out.error());
+      if (code != 0) return code;
+      json all = json::parse(*out, nullptr, false);
+      std::set<std::string> there;
+      for (const json& w : all.is_array() ? all : json::array()) {
+        if (w.is_object() && w.contains("name") && w["name"].is_string()) there.insert(w["name"].get<std::string>());
+      }
+      for (const std::string& n : before) {
+        if (there.count(n)) names.push_back(n);  // removed there since: its block goes
+      }
+    }
+  }
+  int code = 0;
+  auto specs = FetchSshMaterial(t, prefix, names, /*keep_pin=*/false, &code);
+  if (!specs.ok()) return code ? code : Fail(specs.error());
+  std::string text = "# Written by `cloister --host " + t.url() + " ssh-config --install`; rewritten by each run.\n\n";
+  for (const SshHostSpec& spec : *specs) {
+    auto block = SshHostBlock(spec);
+    if (!block.ok()) return Fail(block.error());
+    text += "# on " + t.url() + "\n" + *block + "\n";
+  }
+  if (Status st = WriteFileAtomic(file, text, 0600); !st.ok()) return Fail(st.error());
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    return Fail(Error(ErrorCode::kFailedPrecondition, "HOME is not set: no ~/.ssh/config to add to",
+                      "add `" + SshIncludeLine(file) + "` to your ssh config yourself"));
+  }
+  std::string user_config = std::string(home) + "/.ssh/config";
+  auto changed = InstallSshInclude(user_config, file);
+  if (!changed.ok()) return Fail(changed.error());
+  std::cout << "cloister: wrote " << specs->size() << " host" << (specs->size() == 1 ? "" : "s") << " of "
+            << t.url() << " to " << file << "\n";
+  std::cout << "cloister: " << user_config << (*changed ? " now includes it (first line)" : " already includes it")
+            << "\n";
+  for (const SshHostSpec& spec : *specs) std::cout << "  ssh " << spec.name << sshagent::kSshHostSuffix << "\n";
+  return kExitOk;
+}
+
 int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefix,
                     const std::vector<std::string>& args) {
   std::vector<std::string> names;
+  bool install = false;
   for (const std::string& a : args) {
     if (a == "--install") {
-      return Fail(Error(ErrorCode::kInvalidArgument, "ssh-config --install against a remote is not done yet",
-                        "print the blocks (`cloister --host " + t.url() +
-                            " ssh-config NAME >> ~/.ssh/config`) and add them yourself"));
+      install = true;
+      continue;
     }
     if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> all = With(prefix, {"ssh-config"});
@@ -480,57 +605,92 @@ int RemoteSshConfig(const RemoteTarget& t, const std::vector<std::string>& prefi
     if (!SafeName(a)) return Fail(Error(ErrorCode::kInvalidArgument, "bad workspace name '" + a + "'"));
     names.push_back(a);
   }
-  std::vector<std::string> req = With(prefix, {"_ssh-material"});
-  req.insert(req.end(), names.begin(), names.end());
+  if (install) return InstallRemoteSshConfig(t, prefix, names);
   int code = 0;
-  auto doc = RemoteJson(t, req, &code);
-  if (!doc.ok()) return code ? code : Fail(doc.error());
-  // The remote store's IDE client key (see threat-model.md: it opens only the guests' sshd, which
-  // is reachable only through `_ssh-stdio` on the remote, i.e. with SSH access to that host).
-  // SECURITY: parsed and re-written here, never copied as sent.
-  auto key = sshagent::ParseOpenSshPrivateKey((*doc).value("identity", ""));
-  if (!key.ok()) {
-    return Fail(Error(ErrorCode::kCorrupt, "the remote sent no usable client key: " + key.error().message(),
-                      "check that both machines run the same cloister"));
-  }
-  const json& list = (*doc)["workspaces"];
-  if (!list.is_array()) return Fail(Error(ErrorCode::kCorrupt, "the remote's answer lists no workspaces"));
-  // Everything is checked before anything is written.
-  std::vector<std::pair<std::string, std::string>> pins;  // name, line
-  for (const json& w : list) {
-    std::string name = w.is_object() ? w.value("name", "") : "";
-    if (!SafeName(name)) return Fail(Error(ErrorCode::kCorrupt, "the remote named a bad workspace"));
-    auto line = CheckRemotePinLine(name, w.is_object() ? w.value("known_hosts", "") : "");
-    if (!line.ok()) return Fail(line.error());
-    pins.emplace_back(name, *line);
-  }
-  auto pem = sshagent::OpenSshPrivateKey(*key, "cloister IDE key of " + t.url());
-  if (!pem.ok()) return Fail(pem.error());
-  std::string base = fs::path(ContextsPath()).parent_path().string() + "/remotes";
-  std::string dir = base + "/" + TargetId(t);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Fail(Error(ErrorCode::kIo, "cannot create " + dir + ": " + ec.message()));
-  chmod(base.c_str(), 0700);
-  chmod(dir.c_str(), 0700);
-  std::string identity = dir + "/ssh-client";
-  if (Status st = WriteFileAtomic(identity, pem->view(), 0600); !st.ok()) return Fail(st.error());
+  auto specs = FetchSshMaterial(t, prefix, names, /*keep_pin=*/false, &code);
+  if (!specs.ok()) return code ? code : Fail(specs.error());
   std::string text;
-  for (const auto& [name, line] : pins) {
-    std::string pin = dir + "/" + name + ".known_hosts";
-    if (Status st = WriteFileAtomic(pin, line + "\n", 0644); !st.ok()) return Fail(st.error());
-    SshHostSpec spec;
-    spec.name = name;
-    spec.identity = identity;
-    spec.known_hosts = pin;
-    // ssh to the remote (the user's own ssh, as every remote verb), running `_ssh-stdio NAME` there.
-    spec.proxy_argv = RemoteSshArgv(t, With(prefix, {"_ssh-stdio", name}), /*tty=*/false);
+  for (const SshHostSpec& spec : *specs) {
     auto block = SshHostBlock(spec);
     if (!block.ok()) return Fail(block.error());
     text += "# on " + t.url() + "\n" + *block + "\n";
   }
   std::cout << text;
   return kExitOk;
+}
+
+// `ssh NAME [-t] [-- CMD...]` against a remote, as the local verb (cmd_ssh.cc): this machine's
+// `ssh NAME.cloister` with the block's options on its command line (no ssh config needed), the
+// ProxyCommand through the remote; the exit code is ssh's. Unknown flags: the remote's answer.
+int RemoteSsh(const RemoteTarget& t, const std::vector<std::string>& prefix, const std::vector<std::string>& args) {
+  std::string name;
+  bool tty = false;
+  std::vector<std::string> cmd;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      cmd.insert(cmd.end(), args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (a == "-t" || a == "--tty") {
+      tty = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      std::vector<std::string> all = With(prefix, {"ssh"});
+      all.insert(all.end(), args.begin(), args.end());
+      return RunRemote(t, all);
+    } else if (name.empty()) {
+      name = a;
+    } else {
+      cmd.push_back(a);
+    }
+  }
+  if (!SafeName(name)) {
+    return Fail(Error(ErrorCode::kInvalidArgument, name.empty() ? "ssh: NAME is required" : "bad workspace name '" + name + "'",
+                      "cloister --host " + t.url() + " ssh NAME [-- CMD...]"));
+  }
+  if (!ProgramExists("ssh")) {
+    return Fail(Error(ErrorCode::kNotFound, "ssh is not installed", "install OpenSSH's client (Debian: openssh-client)"));
+  }
+  int code = 0;
+  auto specs = FetchSshMaterial(t, prefix, {name}, /*keep_pin=*/true, &code);
+  if (!specs.ok()) return code ? code : Fail(specs.error());
+  if (specs->size() != 1 || (*specs)[0].name != name) {
+    return Fail(Error(ErrorCode::kCorrupt, "the remote's answer is not about " + name,
+                      "check that both machines run the same cloister"));
+  }
+  auto options = SshHostOptions((*specs)[0]);
+  if (!options.ok()) return Fail(options.error());
+  std::vector<std::string> argv = {"ssh"};
+  for (const auto& [k, v] : *options) {
+    argv.push_back("-o");
+    argv.push_back(k + "=" + v);
+  }
+  if (tty) argv.push_back("-t");
+  argv.push_back(name + sshagent::kSshHostSuffix);
+  if (!cmd.empty()) {
+    argv.push_back("--");
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+  }
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  // As the local verb: Ctrl-C and the terminal's signals are ssh's while it runs.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  std::cout << std::flush;
+  pid_t pid = fork();
+  if (pid < 0) return Fail(ErrnoError("fork", errno));
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // -p of `create` against a remote: the specs are this machine's, so they are kept here, in
@@ -623,6 +783,315 @@ std::vector<std::string> SavedPublishSpecs(const RemoteTarget& t, const std::str
 // Verbs that stop a workspace: its tunnels here end after the remote verb succeeded.
 bool EndsTunnels(const std::string& verb) { return verb == "stop" || verb == "rm"; }
 
+// ---- `run -p SPEC` and `run --auto-ports` against a remote ----------------------------------
+// The remote runs `run` as one verb (its stdio, exit code and signals are ssh's, as for every
+// verb), with each -p rewritten to `127.0.0.1:0:GUEST` (a free port on the REMOTE's loopback,
+// kept in the remote workspace's config like any -p) and --auto-ports as given (the remote's
+// supervisor forwards every guest listener from its own loopback). While the run lives, this side
+// polls the remote's `port NAME ls --json` (a quiet ssh each second; every 2 s once only
+// --auto-ports can change anything) and starts a local tunnel (StartTunnel, as `port add`) for
+// each forward it asks for: a `config` forward for each -p (matched by guest port), an `auto`
+// forward under --auto-ports (local port = the remote's when free here, else the next free one).
+// An auto forward the remote drops (the guest closed the port) ends its tunnel; every tunnel ends
+// when the run does (ssh's exit: the command ended, Ctrl-C, a lost connection, SIGTERM/SIGHUP of
+// this process, which is passed to ssh first). Without NAME a fresh name is picked here.
+
+struct RemoteRun {
+  std::vector<std::string> args;  // the remote's `run ...` (without prefix)
+  std::string name;
+  std::vector<vm::PortSpec> specs;
+  bool auto_ports = false;
+  bool detach = false;
+};
+
+// Splits `run`'s arguments: -p values come out (rewritten for the remote), NAME is found (the
+// first positional before "--"), or made. nullopt when neither -p nor --auto-ports is given.
+Result<std::optional<RemoteRun>> PlanRemoteRun(const std::vector<std::string>& rest) {
+  static const std::set<std::string> kValued = {"-v", "--volume", "--image", "--tool", "--accel"};
+  RemoteRun run;
+  std::vector<std::string> kept, tail;
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
+    if (a == "--") {
+      tail.assign(rest.begin() + static_cast<long>(i), rest.end());
+      break;
+    }
+    if ((a == "-p" || a == "--publish") && i + 1 < rest.size()) {
+      texts.push_back(rest[++i]);
+    } else if (a.rfind("--publish=", 0) == 0) {
+      texts.push_back(a.substr(10));
+    } else if (a.size() > 2 && a.rfind("-p", 0) == 0 && a[2] != '-') {
+      texts.push_back(a.substr(2));
+    } else if (kValued.count(a) && i + 1 < rest.size()) {
+      kept.push_back(a);
+      kept.push_back(rest[++i]);
+    } else {
+      run.auto_ports |= a == "--auto-ports";
+      run.detach |= a == "-d" || a == "--detach";
+      if (run.name.empty() && !a.empty() && a[0] != '-') run.name = a;
+      kept.push_back(a);
+    }
+  }
+  if (texts.empty() && !run.auto_ports) return std::optional<RemoteRun>();
+  for (const std::string& text : texts) {
+    ASSIGN_OR_RETURN(vm::PortSpec spec, vm::ParsePortSpec(text));
+    run.specs.push_back(spec);
+    kept.push_back("-p");
+    kept.push_back("127.0.0.1:0:" + std::to_string(spec.guest_port));
+  }
+  if (run.name.empty()) {
+    std::random_device rd;  // as `run` names a fresh workspace (cmd_run.cc)
+    std::string raw(3, '\0');
+    for (char& c : raw) c = static_cast<char>(rd() & 0xff);
+    run.name = "run-" + HexEncode(raw);
+    kept.insert(kept.begin(), run.name);
+  }
+  if (!SafeName(run.name)) return Error(ErrorCode::kInvalidArgument, "bad workspace name '" + run.name + "'");
+  run.args = {"run"};
+  run.args.insert(run.args.end(), kept.begin(), kept.end());
+  run.args.insert(run.args.end(), tail.begin(), tail.end());
+  return std::optional<RemoteRun>(run);
+}
+
+// The remote's JSON answer to `args`, with stdin and stderr /dev/null (a poll: the run owns this
+// terminal), BatchMode and a connect timeout; *pid is the ssh while it runs (to end it early).
+Result<json> QuietRemoteJson(const RemoteTarget& t, const std::vector<std::string>& args,
+                             std::atomic<pid_t>* pid_out) {
+  std::vector<std::string> argv = RemoteSshArgv(t, args, /*tty=*/false);
+  argv.insert(argv.begin() + static_cast<long>(SshCommand().size()),
+              {"-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    if (null_fd >= 0) close(null_fd);
+    return ErrnoError("fork", errno);
+  }
+  if (pid == 0) {  // only async-signal-safe calls from here (another thread may hold locks)
+    dup2(null_fd, STDIN_FILENO);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(null_fd, STDERR_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  *pid_out = pid;
+  close(fds[1]);
+  if (null_fd >= 0) close(null_fd);
+  std::string out;
+  char buf[8192];
+  while (true) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    // SECURITY: the remote's answer is bounded here and parsed field by field below.
+    if (out.size() < (1u << 20)) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  *pid_out = 0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Error(ErrorCode::kUnavailable, "the remote did not answer");
+  }
+  json doc = json::parse(out, nullptr, false);
+  if (!doc.is_object()) return Error(ErrorCode::kCorrupt, "the remote's answer is not JSON");
+  return doc;
+}
+
+// A TCP port from the remote's JSON (SECURITY: hostile input; integers only, in range).
+int JsonPort(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_unsigned()) return 0;
+  uint64_t v = it->get<uint64_t>();
+  return v >= 1 && v <= 65535 ? static_cast<int>(v) : 0;
+}
+
+// One remote forward this side wants a tunnel for.
+struct RunForward {
+  int remote_port = 0;
+  int guest_port = 0;
+  bool is_auto = false;
+};
+
+// What the run's tunnels are, given the remote's `port ls --json` answer: for each forward not
+// yet tunnelled, where it goes here. Pure, so the matching is tested without a remote.
+struct RunTunnels {
+  std::vector<vm::PortSpec> specs;        // -p, this machine's side
+  std::vector<bool> spec_done;            // a tunnel for specs[i] exists (or failed for good)
+  bool auto_ports = false;
+  std::map<int, Tunnel> by_remote;        // remote port -> the tunnel here
+  std::map<int, bool> auto_of;            // remote port -> whether it is an auto forward
+  std::set<int> given_up;                 // remote ports whose tunnel failed: not tried again
+
+  bool Complete() const {
+    if (auto_ports) return false;
+    for (bool d : spec_done) {
+      if (!d) return false;
+    }
+    return true;
+  }
+};
+
+void Say(const std::string& line) {
+  // The local terminal is raw under ssh -t: a bare \n would not return the cursor.
+  std::cerr << line << (isatty(STDERR_FILENO) ? "\r\n" : "\n") << std::flush;
+}
+
+void UpdateRunTunnels(const RemoteTarget& t, const std::string& name, const json& answer,
+                      RunTunnels* rt) {
+  const json& ports = answer.contains("ports") ? answer["ports"] : json();
+  if (!ports.is_array()) return;
+  std::set<int> seen;
+  for (const json& p : ports) {
+    if (!p.is_object()) continue;
+    int rp = JsonPort(p, "host_port"), gp = JsonPort(p, "guest_port");
+    std::string origin = p.contains("origin") && p["origin"].is_string() ? p["origin"].get<std::string>() : "";
+    if (!rp || !gp) continue;
+    seen.insert(rp);
+    if (rt->by_remote.count(rp) || rt->given_up.count(rp)) continue;
+    std::string ip;
+    int lp = 0;
+    int spec_index = -1;
+    bool is_auto = false;
+    if (origin == "config") {
+      for (size_t i = 0; i < rt->specs.size(); ++i) {
+        if (!rt->spec_done[i] && rt->specs[i].guest_port == gp) {
+          spec_index = static_cast<int>(i);
+          break;
+        }
+      }
+      if (spec_index < 0) continue;  // a forward of the workspace's config this run did not ask for
+      ip = rt->specs[spec_index].host_ip;
+      lp = rt->specs[spec_index].host_port ? rt->specs[spec_index].host_port : FreePort(ip);
+    } else if (origin == "auto" && rt->auto_ports) {
+      is_auto = true;
+      ip = vm::kDefaultHostIp;
+      for (int c = rp; c < rp + 16 && c <= 65535 && !lp; ++c) {
+        bool ours = false;
+        for (const auto& [r, tun] : rt->by_remote) ours |= tun.doc.value("local_port", 0) == c;
+        for (const vm::PortSpec& s : rt->specs) ours |= s.host_port == c;
+        if (!ours && !Listening(ip, c)) lp = c;
+      }
+      if (!lp) lp = FreePort(ip);
+    } else {
+      continue;
+    }
+    auto tun = lp > 0 ? StartTunnel(t, name, ip, lp, rp, gp)
+                      : Result<Tunnel>(Error(ErrorCode::kUnavailable, "no free local port"));
+    if (spec_index >= 0) rt->spec_done[spec_index] = true;
+    if (!tun.ok()) {
+      rt->given_up.insert(rp);
+      Say("cloister: warning: " + name + ": guest port " + std::to_string(gp) +
+          " is not published on this machine: " + tun.error().message());
+      continue;
+    }
+    rt->by_remote[rp] = *tun;
+    rt->auto_of[rp] = is_auto;
+    std::string shown = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
+    Say("cloister: " + name + ": published " + shown + ":" + std::to_string(lp) +
+        " on this machine -> guest port " + std::to_string(gp) + (is_auto ? " (auto)" : "") +
+        " (until the run ends)");
+  }
+  // Auto forwards the remote dropped (the guest stopped listening): their tunnels end too.
+  for (auto it = rt->by_remote.begin(); it != rt->by_remote.end();) {
+    if (rt->auto_of[it->first] && !seen.count(it->first)) {
+      EndTunnel(it->second);
+      rt->auto_of.erase(it->first);
+      it = rt->by_remote.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::atomic<pid_t> g_run_ssh{0};
+void PassSignalToRun(int sig) {
+  pid_t pid = g_run_ssh.load();
+  if (pid > 0) kill(pid, sig);
+}
+
+int RunWithLocalPorts(const RemoteTarget& t, const std::vector<std::string>& prefix, const RemoteRun& run) {
+  if (run.detach) {
+    return Fail(Error(ErrorCode::kInvalidArgument,
+                      "run -d with -p/--auto-ports against a remote: this machine's tunnels live as "
+                      "long as the run, and -d returns at once",
+                      "`cloister --host " + t.url() + " create NAME -p SPEC` (published here at each "
+                      "start through this machine), then `start NAME`; or run without -d"));
+  }
+  for (const vm::PortSpec& s : run.specs) {
+    if (!vm::IsLoopbackAddress(s.host_ip)) {
+      std::cerr << "cloister: warning: " << s.ToString()
+                << " listens beyond loopback on this machine: every host that reaches " << s.host_ip
+                << " can connect to the guest's port " << s.guest_port << "\n";
+    }
+    if (s.host_port && Listening(s.host_ip, s.host_port)) {
+      return Fail(Error(ErrorCode::kAlreadyExists,
+                        "port " + std::to_string(s.host_port) + " on " + s.host_ip + " is taken on this machine",
+                        "pick another (HOST_PORT 0 picks a free one)"));
+    }
+  }
+  std::vector<std::string> args = prefix;
+  args.insert(args.end(), run.args.begin(), run.args.end());
+  bool tty = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1;
+  // As RunRemote: Ctrl-C and the terminal's signals are ssh's; SIGTERM/SIGHUP sent to this
+  // process are passed to ssh (so the remote run ends, and --rm deletes there) before the
+  // tunnels here end.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  auto pid = SpawnRemote(t, args, -1, -1, tty);
+  if (!pid.ok()) return Fail(pid.error());
+  g_run_ssh = *pid;
+  struct sigaction sa{}, old_term{}, old_hup{};
+  sa.sa_handler = PassSignalToRun;
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+
+  RunTunnels rt;
+  rt.specs = run.specs;
+  rt.spec_done.assign(run.specs.size(), false);
+  rt.auto_ports = run.auto_ports;
+  std::mutex mu;  // guards the wait below; rt is the poller's until it is joined
+  std::condition_variable cv;
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> poll_pid{0};
+  std::thread poller([&] {
+    std::vector<std::string> ls = With(prefix, {"port", run.name, "ls", "--json"});
+    while (!stop) {
+      auto answer = QuietRemoteJson(t, ls, &poll_pid);
+      if (stop) return;
+      if (answer.ok()) UpdateRunTunnels(t, run.name, *answer, &rt);
+      if (rt.Complete()) return;  // every -p has its tunnel; nothing more will come
+      // A bounded poll interval (a forward shows at the next poll; nothing waits on its timing).
+      auto every = answer.ok() && rt.specs.empty() ? std::chrono::seconds(2) : std::chrono::seconds(1);
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_for(l, every, [&] { return stop.load(); });
+    }
+  });
+  int code = WaitRemote(t, *pid);
+  g_run_ssh = 0;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  if (pid_t p = poll_pid.load(); p > 0) kill(p, SIGTERM);
+  poller.join();
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  for (const auto& [rp, tun] : rt.by_remote) EndTunnel(tun);
+  return code;
+}
+
 }  // namespace
 
 int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
@@ -652,10 +1121,17 @@ int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
     }
     if (!specs.empty() && !auto_ports) return CreateWithLocalPublish(t, prefix, kept, specs);
   }
-  if (verb == "create" || verb == "run") {
+  if (verb == "run") {
+    // -p and --auto-ports of `run`: published on this machine while the run lives (above).
+    auto plan = PlanRemoteRun(rest);
+    if (!plan.ok()) return Fail(plan.error());
+    if (*plan) return RunWithLocalPorts(t, prefix, **plan);
+  }
+  if (verb == "create") {
     // -p names ports of the machine that runs the verb: over --host that would be the remote's
-    // loopback, not this one's. `create -p` is published here at each start (above); `run -p`
-    // and --auto-ports are refused (fail closed) with the way that publishes here.
+    // loopback, not this one's. `create -p` is published here at each start (above); `create
+    // --auto-ports` is refused (fail closed: it would publish on the remote's loopback only, and
+    // nothing here lives to follow it) with the way that publishes here.
     for (const std::string& a : rest) {
       if (a == "--") break;
       if (a == "-p" || a.rfind("--publish", 0) == 0 || a == "--auto-ports" ||
@@ -671,6 +1147,7 @@ int RunRemoteVerb(const RemoteTarget& t, const std::vector<std::string>& args) {
   if (verb == "cp") return RemoteCopy(t, prefix, rest);
   if (verb == "port") return RemotePort(t, prefix, rest);
   if (verb == "ssh-config") return RemoteSshConfig(t, prefix, rest);
+  if (verb == "ssh") return RemoteSsh(t, prefix, rest);
   int code = RunRemote(t, args);
   if (code == 0 && EndsTunnels(verb)) {
     for (const std::string& a : rest) {
