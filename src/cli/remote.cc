@@ -369,6 +369,34 @@ Result<std::string> CheckRemotePinLine(const std::string& name, const std::strin
   return line;
 }
 
+namespace {
+int PortField(const nlohmann::json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_unsigned()) return 0;  // never a float or a negative
+  uint64_t v = it->get<uint64_t>();
+  return v >= 1 && v <= 65535 ? static_cast<int>(v) : 0;
+}
+}  // namespace
+
+std::vector<RemoteForward> ParseRemoteForwards(const nlohmann::json& answer) {
+  std::vector<RemoteForward> out;
+  if (!answer.is_object()) return out;
+  auto ports = answer.find("ports");
+  if (ports == answer.end() || !ports->is_array()) return out;
+  for (const nlohmann::json& p : *ports) {
+    if (out.size() >= 4096) break;  // far more than any supervisor publishes
+    if (!p.is_object()) continue;
+    RemoteForward f;
+    f.remote_port = PortField(p, "host_port");
+    f.guest_port = PortField(p, "guest_port");
+    auto origin = p.find("origin");
+    if (!f.remote_port || !f.guest_port || origin == p.end() || !origin->is_string()) continue;
+    f.origin = origin->get<std::string>();
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::string TargetId(const RemoteTarget& t) {
   std::string id = (t.user.empty() ? "" : t.user + "@") + t.host + (t.port.empty() ? "" : "_" + t.port);
   for (char& c : id) {

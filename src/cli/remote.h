@@ -96,6 +96,17 @@ int RemoteCopy(const RemoteTarget& target, const std::vector<std::string>& prefi
 // no pattern, no second host). Returns the trimmed line, or kCorrupt. Fuzzed (remote_pin).
 Result<std::string> CheckRemotePinLine(const std::string& name, const std::string& text);
 
+// SECURITY: the forwards of a remote's `port NAME ls --json` answer (hostile bytes), which `run -p`
+// / `--auto-ports` through a remote turn into tunnels here: only entries whose host_port (the
+// remote's loopback port) and guest_port are JSON integers in 1..65535 and whose origin is a
+// string; everything else is skipped. Fuzzed (remote_forwards).
+struct RemoteForward {
+  int remote_port = 0;
+  int guest_port = 0;
+  std::string origin;  // "config", "added", "auto" (supervisor/ports.h), or whatever was sent
+};
+std::vector<RemoteForward> ParseRemoteForwards(const nlohmann::json& answer);
+
 // A short file-name-safe id of a target ("root@127.0.0.1_2222").
 std::string TargetId(const RemoteTarget& target);
 

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "base/strings.h"
 #include "base/subprocess.h"
@@ -75,6 +76,33 @@ TEST(RemoteUrlTest, ArgumentsSurviveTheRemoteShell) {
     }
   }
   EXPECT_EQ(got, words);
+}
+
+// SECURITY: the forwards `run -p/--auto-ports` through a remote tunnels here are only the
+// well-formed ones of the remote's answer: integer ports in range (never a float, a negative, a
+// string), a string origin.
+TEST(RemoteForwardsTest, OnlyWellFormedForwardsAreKept) {
+  nlohmann::json answer = nlohmann::json::parse(R"({"ports":[
+      {"host_port":40123,"guest_port":80,"origin":"config"},
+      {"host_port":1e12,"guest_port":80,"origin":"config"},
+      {"host_port":-22,"guest_port":80,"origin":"auto"},
+      {"host_port":70000,"guest_port":80,"origin":"auto"},
+      {"host_port":0,"guest_port":80,"origin":"auto"},
+      {"host_port":3000.5,"guest_port":80,"origin":"auto"},
+      {"host_port":41000,"guest_port":"80","origin":"auto"},
+      {"host_port":41001,"guest_port":81,"origin":7},
+      {"host_port":41002,"guest_port":81},
+      "not an object",
+      {"host_port":41003,"guest_port":3000,"origin":"auto"}]})");
+  auto fwd = ParseRemoteForwards(answer);
+  ASSERT_EQ(fwd.size(), 2u);
+  EXPECT_EQ(fwd[0].remote_port, 40123);
+  EXPECT_EQ(fwd[0].guest_port, 80);
+  EXPECT_EQ(fwd[0].origin, "config");
+  EXPECT_EQ(fwd[1].remote_port, 41003);
+  EXPECT_EQ(fwd[1].origin, "auto");
+  EXPECT_TRUE(ParseRemoteForwards(nlohmann::json::parse(R"({"ports":{"host_port":1}})")).empty());
+  EXPECT_TRUE(ParseRemoteForwards(nlohmann::json::parse("[1,2]")).empty());
 }
 
 TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {

@@ -908,23 +908,8 @@ Result<json> QuietRemoteJson(const RemoteTarget& t, const std::vector<std::strin
   return doc;
 }
 
-// A TCP port from the remote's JSON (SECURITY: hostile input; integers only, in range).
-int JsonPort(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_unsigned()) return 0;
-  uint64_t v = it->get<uint64_t>();
-  return v >= 1 && v <= 65535 ? static_cast<int>(v) : 0;
-}
-
-// One remote forward this side wants a tunnel for.
-struct RunForward {
-  int remote_port = 0;
-  int guest_port = 0;
-  bool is_auto = false;
-};
-
-// What the run's tunnels are, given the remote's `port ls --json` answer: for each forward not
-// yet tunnelled, where it goes here. Pure, so the matching is tested without a remote.
+// The run's tunnels here, kept up to date from the remote's `port ls --json` answers
+// (UpdateRunTunnels): which -p have one, and each tunnel by its remote port.
 struct RunTunnels {
   std::vector<vm::PortSpec> specs;        // -p, this machine's side
   std::vector<bool> spec_done;            // a tunnel for specs[i] exists (or failed for good)
@@ -949,14 +934,11 @@ void Say(const std::string& line) {
 
 void UpdateRunTunnels(const RemoteTarget& t, const std::string& name, const json& answer,
                       RunTunnels* rt) {
-  const json& ports = answer.contains("ports") ? answer["ports"] : json();
-  if (!ports.is_array()) return;
   std::set<int> seen;
-  for (const json& p : ports) {
-    if (!p.is_object()) continue;
-    int rp = JsonPort(p, "host_port"), gp = JsonPort(p, "guest_port");
-    std::string origin = p.contains("origin") && p["origin"].is_string() ? p["origin"].get<std::string>() : "";
-    if (!rp || !gp) continue;
+  // SECURITY: the remote's answer is hostile input; ParseRemoteForwards keeps well-formed ports only.
+  for (const RemoteForward& f : ParseRemoteForwards(answer)) {
+    const int rp = f.remote_port, gp = f.guest_port;
+    const std::string& origin = f.origin;
     seen.insert(rp);
     if (rt->by_remote.count(rp) || rt->given_up.count(rp)) continue;
     std::string ip;
