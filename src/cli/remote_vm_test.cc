@@ -6,7 +6,7 @@
 // `stty size`; attach and detach (C-b d); cp both ways; a guest HTTP server published on the
 // *local* loopback by `port add` (the local ssh -L tunnel carries it; `port ls` shows both ends,
 // `port rm` ends it); ssh-config's ProxyCommand used by a real `ssh` to run a command in the
-// guest; a lost connection (its sshd session killed) said clearly with the workspace left
+// guest; `ssh NAME` and `ssh-config --install` through the remote, each logging in; a lost connection (its sshd session killed) said clearly with the workspace left
 // running; `stop` ending the tunnels. Only loopback traffic.
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -23,6 +23,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <set>
 #include <string>
@@ -302,6 +303,29 @@ TEST_F(RemoteVmTest, EveryHostAccessVerbWorksThroughTheSshConnection) {
   ASSERT_TRUE(viassh.ok());
   EXPECT_EQ(viassh->exit_code, 0) << viassh->err;
   EXPECT_EQ(viassh->out, "via-remote\ndev\n");
+
+  // `ssh NAME` through the remote: this machine's ssh with the block's options (the ProxyCommand
+  // through the remote, the remote's pin kept); the exit code is the command's.
+  RunOutput viacli = Remote({"ssh", "ws", "--", "sh", "-c", "'echo via-cloister-ssh; exit 9'"});
+  EXPECT_EQ(viacli.exit_code, 9) << viacli.err;
+  EXPECT_EQ(viacli.out, "via-cloister-ssh\n") << viacli.err;
+  // ssh-config --install through the remote: ~/.ssh/config Includes the remote's blocks, and a
+  // real ssh reading only that file logs in.
+  {
+    const fs::path home = local / "home";
+    fs::create_directories(home);
+    auto saved = env_.find("HOME") == env_.end() ? std::optional<std::string>() : env_["HOME"];
+    env_["HOME"] = home.string();
+    RunOutput installed = Remote({"ssh-config", "--install", "ws"});
+    if (saved) env_["HOME"] = *saved; else env_.erase("HOME");
+    ASSERT_EQ(installed.exit_code, 0) << installed.err;
+    EXPECT_NE(installed.out.find("ssh ws.cloister"), std::string::npos) << installed.out;
+    auto viainclude = RunProcess({"ssh", "-F", (home / ".ssh" / "config").string(), "-o", "BatchMode=yes",
+                                  "ws.cloister", "echo via-include"}, ro);
+    ASSERT_TRUE(viainclude.ok());
+    EXPECT_EQ(viainclude->exit_code, 0) << viainclude->err;
+    EXPECT_EQ(viainclude->out, "via-include\n");
+  }
 
   // A lost connection mid-verb: said clearly, the workspace left running.
   {
