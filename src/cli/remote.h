@@ -70,8 +70,8 @@ int RunRemote(const RemoteTarget& target, const std::vector<std::string>& args);
 // The remote side's check of a client: OK or the refusal naming both versions.
 Status CheckRemoteClient(const std::string& protocol, const std::string& version);
 
-// What main() runs for a remote: the verbs that need a local end (cp, port, -p, ssh-config,
-// stop/rm's tunnels; below) get it, every other verb is RunRemote. `args` as SelectRemote left it.
+// What main() runs for a remote: the verbs that need a local end (cp, port, create/run -p, run
+// --auto-ports, ssh, ssh-config, stop/rm's tunnels; cli/remote_verbs.cc) get it, every other verb is RunRemote. `args` as SelectRemote left it.
 int RunRemoteVerb(const RemoteTarget& target, const std::vector<std::string>& args);
 
 // Starts ssh for `args` on `target` (a pty only with `tty`) with `in_fd`/`out_fd` as its

@@ -8,6 +8,10 @@
 //                  there, with the remote workspace's host key pinned in a local file
 //   create -p   -> the remote creates without -p; the specs are kept here and every `start`
 //                  through this machine publishes them as `port add` does (PublishFile below)
+//   run -p, --auto-ports -> the remote's run publishes on its loopback; this machine polls its
+//                  `port NAME ls --json` while the run lives and tunnels those (RunWithLocalPorts)
+//   ssh-config --install -> the blocks in remotes/TARGET/ssh_config, Included from ~/.ssh/config
+//   ssh NAME    -> this machine's ssh with the block's options (RemoteSsh)
 // Everything else is RunRemote as it is.
 //
 // Tunnel files: $XDG_RUNTIME_DIR/cloister/tunnels (else /tmp/cloister-UID/tunnels; 0700, ours)
@@ -959,6 +963,7 @@ void UpdateRunTunnels(const RemoteTarget& t, const std::string& name, const json
       is_auto = true;
       ip = vm::kDefaultHostIp;
       for (int c = rp; c < rp + 16 && c <= 65535 && !lp; ++c) {
+        if (c < 1024) continue;  // SECURITY: never a privileged port here, as a local auto forward
         bool ours = false;
         for (const auto& [r, tun] : rt->by_remote) ours |= tun.doc.value("local_port", 0) == c;
         for (const vm::PortSpec& s : rt->specs) ours |= s.host_port == c;
