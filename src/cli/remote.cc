@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "cli/version.h"
 #include "sshagent/ide_keys.h"
@@ -371,10 +372,8 @@ Result<std::string> CheckRemotePinLine(const std::string& name, const std::strin
 
 namespace {
 int PortField(const nlohmann::json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_unsigned()) return 0;  // never a float or a negative
-  uint64_t v = it->get<uint64_t>();
-  return v >= 1 && v <= 65535 ? static_cast<int>(v) : 0;
+  int v = JsonInt<int>(obj, key, 0);  // an integer that fits, never a float or a string
+  return v >= 1 && v <= 65535 ? v : 0;
 }
 }  // namespace
 

@@ -49,6 +49,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
 #include "cli/cli.h"
@@ -359,11 +360,12 @@ int PortAdd(const RemoteTarget& t, const std::vector<std::string>& prefix, const
                             &code);
     if (!reply.ok()) return code ? code : Fail(reply.error());
     const json& a = (*reply)["added"];
-    if (!a.is_array() || a.size() != 1 || !a[0].is_object() || !a[0].value("host_port", json()).is_number_unsigned()) {
+    // SECURITY: an integer port in range only (JsonInt: never a float cast to int).
+    int remote_port = a.is_array() && a.size() == 1 ? JsonInt<int>(a[0], "host_port", 0) : 0;
+    if (remote_port < 1 || remote_port > 65535) {
       return Fail(Error(ErrorCode::kCorrupt, "the remote's port add answer names no port",
                         "check that both machines run the same cloister"));
     }
-    int remote_port = a[0]["host_port"].get<int>();
     auto tun = StartTunnel(t, name, spec->host_ip, local_port, remote_port, spec->guest_port);
     if (!tun.ok()) {
       int ignored = 0;
@@ -437,14 +439,14 @@ int PortLs(const RemoteTarget& t, const std::vector<std::string>& prefix, const 
             << "GUEST" << std::setw(8) << "ORIGIN" << "CONNECTIONS\n";
   for (const json& p : ports) {
     if (!p.is_object()) continue;
-    int rp = p.value("host_port", 0);
+    int rp = JsonInt<int>(p, "host_port", 0);  // SECURITY: the remote's answer, integers only
     std::string lend = "-";
     if (auto it = by_remote.find(rp); it != by_remote.end()) {
       lend = it->second.value("local_ip", "") + ":" + std::to_string(it->second.value("local_port", 0));
     }
     std::string rend = vm::JsonString(p, "host_ip") + ":" + std::to_string(rp);
-    std::cout << std::setw(24) << lend << std::setw(24) << rend << std::setw(8) << p.value("guest_port", 0)
-              << std::setw(8) << vm::JsonString(p, "origin") << p.value("connections", 0) << "\n";
+    std::cout << std::setw(24) << lend << std::setw(24) << rend << std::setw(8) << JsonInt<int>(p, "guest_port", 0)
+              << std::setw(8) << vm::JsonString(p, "origin") << JsonInt<int64_t>(p, "connections", 0) << "\n";
   }
   return kExitOk;
 }
