@@ -69,7 +69,9 @@ struct OauthProxyRig {
     for (const std::string& t : provider->issued()) {
       EXPECT_EQ(bytes.find(t), std::string::npos) << "a real token reached the guest";
       std::string_view sig = vault::JwtSignature(t);
-      if (!sig.empty()) EXPECT_EQ(bytes.find(sig), std::string::npos);
+      if (!sig.empty()) {
+        EXPECT_EQ(bytes.find(sig), std::string::npos);
+      }
     }
   }
 
