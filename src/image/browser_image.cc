@@ -127,23 +127,12 @@ Result<catalog::ImageEntry> BuildBrowserImage(const BuildOptions& o) {
   stages.Done(FormatSize(TreeBytes(root)) + ", " + std::to_string(steps.size()) +
               " post-install steps");
 
-  stages.Start("initramfs");
-  std::string initrd = o.out_dir + "/" + catalog::names::kInitrdFile;
-  size_t modules = 0;
-  RETURN_IF_ERROR(MakeBusyboxInitramfs(root, kernel, work, initrd, &modules));
-  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(modules) + " modules");
-
-  stages.Start("disk");
-  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kBrowserDiskSize;
-  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kBrowserImageName, size));
-  stages.Done("raw ext4 " + FormatSize(size));
-
-  stages.Start("hash");
-  return FinishEntry(kBrowserImageName,
-                     std::string(kBrowserRecipeVersion) + "+linux-" + debs.back().version +
-                         "+chromium-" + DebVersion(debs, "chromium") + "+busybox-" +
-                         DebVersion(debs, "busybox-static"),
-                     steps, o.out_dir, work, stages);
+  return FinishBusyboxImage(root, kernel, work, o.out_dir, kBrowserImageName,
+                            o.disk_size_bytes ? o.disk_size_bytes : kBrowserDiskSize,
+                            std::string(kBrowserRecipeVersion) + "+linux-" + debs.back().version +
+                                "+chromium-" + DebVersion(debs, "chromium") + "+busybox-" +
+                                DebVersion(debs, "busybox-static"),
+                            steps, stages);
 }
 
 }  // namespace cloister::image

@@ -4,11 +4,13 @@
 // of our own that loads the modules the rootfs lacks and switch_roots to it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "catalog/entry.h"
+#include "image/build_util.h"
 #include "image/debs.h"
 
 namespace cloister::image {
@@ -29,6 +31,18 @@ std::string InitramfsInit(const std::vector<std::string>& module_paths);
 // `modules` (may be null) receives how many modules it loads.
 Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
                             const std::string& work, const std::string& initrd, size_t* modules);
+
+// The last three stages every busybox-rooted recipe shares, in this order: "initramfs"
+// (MakeBusyboxInitramfs into OUT_DIR/initrd.img), "disk" (MakeImageDisk of `disk_size_bytes`
+// under the image `name`) and "hash" (FinishEntry with `version` and `steps`, which removes
+// `work`). `stages` must have just closed the recipe's rootfs stage; `root` is the finished
+// rootfs (mtimes normalised).
+Result<catalog::ImageEntry> FinishBusyboxImage(const std::string& root, const KernelTree& kernel,
+                                               const std::string& work, const std::string& out_dir,
+                                               const std::string& name, uint64_t disk_size_bytes,
+                                               const std::string& version,
+                                               const std::vector<catalog::PostInstallStep>& steps,
+                                               Stages& stages);
 
 // The version of package `name` in `debs` ("" if absent).
 std::string DebVersion(const std::vector<DebPackage>& debs, const std::string& name);

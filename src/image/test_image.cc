@@ -217,6 +217,26 @@ Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
   return OkStatus();
 }
 
+Result<catalog::ImageEntry> FinishBusyboxImage(const std::string& root, const KernelTree& kernel,
+                                               const std::string& work, const std::string& out_dir,
+                                               const std::string& name, uint64_t disk_size_bytes,
+                                               const std::string& version,
+                                               const std::vector<catalog::PostInstallStep>& steps,
+                                               Stages& stages) {
+  stages.Start("initramfs");
+  std::string initrd = out_dir + "/" + catalog::names::kInitrdFile;
+  size_t modules = 0;
+  RETURN_IF_ERROR(MakeBusyboxInitramfs(root, kernel, work, initrd, &modules));
+  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(modules) + " modules");
+
+  stages.Start("disk");
+  RETURN_IF_ERROR(MakeImageDisk(root, out_dir, name, disk_size_bytes));
+  stages.Done("raw ext4 " + FormatSize(disk_size_bytes));
+
+  stages.Start("hash");
+  return FinishEntry(name, version, steps, out_dir, work, stages);
+}
+
 Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   if (o.out_dir.empty() || o.cache_dir.empty()) {
     return Error(ErrorCode::kInvalidArgument, "BuildTestImage: out_dir and cache_dir are required");
@@ -259,23 +279,13 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   stages.Done(FormatSize(TreeBytes(root)) + ", " + std::to_string(steps.size()) +
               " post-install steps");
 
-  stages.Start("initramfs");
-  std::string initrd = o.out_dir + "/" + catalog::names::kInitrdFile;
-  size_t modules = 0;
-  RETURN_IF_ERROR(MakeBusyboxInitramfs(root, kernel, work, initrd, &modules));
-  stages.Done(FormatSize(fs::file_size(initrd)) + ", " + std::to_string(modules) + " modules");
-
-  stages.Start("disk");
-  uint64_t size = o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize;
-  RETURN_IF_ERROR(MakeImageDisk(root, o.out_dir, kTestImageName, size));
-  stages.Done("raw ext4 " + FormatSize(size));
-
-  stages.Start("hash");
-  return FinishEntry(kTestImageName,
-                     std::string(kTestRecipeVersion) + "+linux-" + debs.back().version +
-                         "+busybox-" + DebVersion(debs, "busybox-static") + "+node-" +
-                         DebVersion(debs, "nodejs") + "+npm-" + std::string(kTestImageNpm.version),
-                     steps, o.out_dir, work, stages);
+  return FinishBusyboxImage(
+      root, kernel, work, o.out_dir, kTestImageName,
+      o.disk_size_bytes ? o.disk_size_bytes : kTestDiskSize,
+      std::string(kTestRecipeVersion) + "+linux-" + debs.back().version + "+busybox-" +
+          DebVersion(debs, "busybox-static") + "+node-" + DebVersion(debs, "nodejs") + "+npm-" +
+          std::string(kTestImageNpm.version),
+      steps, stages);
 }
 
 }  // namespace cloister::image

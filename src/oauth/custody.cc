@@ -8,13 +8,14 @@
 #include "vault/placeholder.h"
 
 namespace cloister::oauth {
-namespace {
 
 int64_t SystemMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 std::string SigOf(vault::CredentialKind kind, const std::string& ph) {
   if (kind != vault::CredentialKind::kChatgptSubscription) return "";

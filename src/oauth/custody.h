@@ -52,6 +52,9 @@ namespace cloister::oauth {
 enum class RefreshState { kIdle, kInFlight, kUnsaved };
 const char* RefreshStateName(RefreshState s);
 
+// The system clock in unix milliseconds: LoginCustody's and RefreshTimer's default Clock.
+int64_t SystemMs();
+
 class LoginCustody {
  public:
   using PersistFn = std::function<Status(const vault::Credential&)>;

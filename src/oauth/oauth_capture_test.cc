@@ -8,18 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oauth/test_util.h"
-#include "oauth/wiring.h"
-#include "proxy/test_env.h"
-#include "vault/placeholder.h"
+#include "oauth/proxy_rig.h"
 
 namespace cloister::oauth {
 namespace {
 
-using proxy::testing::ProxyEnv;
-using proxy::testing::RunCurl;
 using testing::FakeProvider;
-using testing::TempVault;
 
 struct Case {
   bool jwt;
@@ -32,18 +26,14 @@ constexpr char kCodexClientId[] = "app_EMoamEEZ73f0CkXaXp7hrann";
 constexpr char kClaudeManualRedirect[] = "https://platform.claude.com/oauth/code/callback";
 constexpr char kCodexDeviceRedirect[] = "https://auth.openai.com/deviceauth/callback";
 
-class OauthCaptureTest : public ::testing::TestWithParam<Case> {
+class OauthCaptureTest : public ::testing::TestWithParam<Case>, public testing::OauthProxyRig {
  protected:
   // `create`: the capture persister (default: the vault's, with create).
   void Start(LoginCustody::PersistFn create = nullptr,
              proxy::testing::Handler handler = nullptr) {
     const Case& k = GetParam();
-    provider = std::make_unique<FakeProvider>(k.jwt);
+    ASSERT_NO_FATAL_FAILURE(StartProvider(k.jwt, handler));
     provider->set_strict_pkce(true);
-    auto up = proxy::testing::FakeUpstream::Start(env.upstream_ca,
-                                                  handler ? handler : provider->handler());
-    ASSERT_TRUE(up.ok());
-    upstream = std::move(up).value();
     auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
     ASSERT_TRUE(v.ok());
     auto slots = v->BindCaptureSlots();
@@ -55,29 +45,9 @@ class OauthCaptureTest : public ::testing::TestWithParam<Case> {
         slot = s;
       }
     }
-    proxy::ProxyConfig cfg;
-    cfg.credentials = env.creds;
-    auto sink = proxy::TraceSink::Open(env.dir + "/trace.jsonl");
-    ASSERT_TRUE(sink.ok());
-    cfg.trace = *sink;
     if (!create) create = VaultPersister(tv.loc, vault::KeyBackend::kFile, "", true);
-    auto f = AddOauthFilters(cfg, VaultPersister(tv.loc, vault::KeyBackend::kFile),
-                             std::move(slots).value(), create);
-    ASSERT_TRUE(f.ok()) << f.error().ToString();
-    filter = *f;
-    env.creds = cfg.credentials;
-    env.filters = cfg.filters;
-    env.StartProxy({{k.api_host + ":443", upstream->Address()},
-                    {k.token_host + ":443", upstream->Address()},
-                    {"elsewhere.example:443", upstream->Address()}});
-  }
-
-  proxy::testing::CurlOut Curl(const std::string& host, const std::string& path,
-                               std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--proxy", env.ProxyUrl(), "--cacert", env.ca_file};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back("https://" + host + path);
-    return RunCurl(args);
+    ASSERT_NO_FATAL_FAILURE(StartProxy({k.api_host, k.token_host, "elsewhere.example"}, {},
+                                       std::move(slots).value(), create));
   }
   proxy::testing::CurlOut PostJson(const std::string& path, const nlohmann::json& body) {
     return Curl(GetParam().token_host, path,
@@ -123,23 +93,11 @@ class OauthCaptureTest : public ::testing::TestWithParam<Case> {
                  "--data-binary", form});
   }
 
-  void ExpectNoRealToken(const std::string& bytes) {
-    for (const std::string& t : provider->issued()) {
-      EXPECT_EQ(bytes.find(t), std::string::npos) << "a real token reached the guest";
-      std::string_view sig = vault::JwtSignature(t);
-      if (!sig.empty()) EXPECT_EQ(bytes.find(sig), std::string::npos);
-    }
-  }
   const vault::Credential* Stored(vault::Vault& v) {
     return v.Find(slot.credential.id);
   }
 
-  ProxyEnv env;
-  TempVault tv;
-  std::unique_ptr<FakeProvider> provider;
-  std::unique_ptr<proxy::testing::FakeUpstream> upstream;
   vault::BoundCredential slot;
-  std::shared_ptr<OauthFilter> filter;
 };
 
 TEST_P(OauthCaptureTest, LoginInTheGuestIsCapturedSavedAndAnsweredWithPlaceholders) {

@@ -5,18 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oauth/test_util.h"
-#include "oauth/wiring.h"
-#include "proxy/test_env.h"
-#include "vault/placeholder.h"
+#include "oauth/proxy_rig.h"
 
 namespace cloister::oauth {
 namespace {
 
-using proxy::testing::ProxyEnv;
-using proxy::testing::RunCurl;
-using testing::FakeProvider;
-using testing::TempVault;
 
 struct Case {
   bool jwt;
@@ -24,39 +17,16 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.api_host; }
 
-class OauthProxyTest : public ::testing::TestWithParam<Case> {
+class OauthProxyTest : public ::testing::TestWithParam<Case>, public testing::OauthProxyRig {
  protected:
   void SetUp() override {
     const Case& k = GetParam();
-    provider = std::make_unique<FakeProvider>(k.jwt);
-    auto up = proxy::testing::FakeUpstream::Start(env.upstream_ca, provider->handler());
-    ASSERT_TRUE(up.ok());
-    upstream = std::move(up).value();
+    ASSERT_NO_FATAL_FAILURE(StartProvider(k.jwt));
     login = tv.Import(*provider, k.jwt);
-    proxy::ProxyConfig cfg;
-    cfg.credentials = env.creds;
-    // The refresh records go to the proxy's trace file (a second sink on it: O_APPEND lines).
-    auto sink = proxy::TraceSink::Open(env.dir + "/trace.jsonl");
-    ASSERT_TRUE(sink.ok());
-    cfg.trace = *sink;
-    cfg.credentials.push_back(login);
-    auto f = AddOauthFilters(cfg, VaultPersister(tv.loc, vault::KeyBackend::kFile));
-    ASSERT_TRUE(f.ok()) << f.error().ToString();
-    filter = *f;
-    env.creds = cfg.credentials;
-    env.filters = cfg.filters;
-    env.StartProxy({{k.api_host + ":443", upstream->Address()},
-                    {k.token_host + ":443", upstream->Address()},
-                    {"elsewhere.example:443", upstream->Address()}});
+    ASSERT_NO_FATAL_FAILURE(
+        StartProxy({k.api_host, k.token_host, "elsewhere.example"}, {login}));
   }
 
-  proxy::testing::CurlOut Curl(const std::string& host, const std::string& path,
-                               std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--proxy", env.ProxyUrl(), "--cacert", env.ca_file};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back("https://" + host + path);
-    return RunCurl(args);
-  }
   proxy::testing::CurlOut Api(const std::string& bearer, const std::string& host = "") {
     const Case& k = GetParam();
     return Curl(host.empty() ? k.api_host : host, k.api_path,
@@ -73,20 +43,8 @@ class OauthProxyTest : public ::testing::TestWithParam<Case> {
                            {"client_id", "9d1c250a-e61b-44d9-88ed-5944d1962f5e"}})
         .dump();
   }
-  void ExpectNoRealToken(const std::string& bytes) {
-    for (const std::string& t : provider->issued()) {
-      EXPECT_EQ(bytes.find(t), std::string::npos) << "a real token reached the guest";
-      std::string_view sig = vault::JwtSignature(t);
-      if (!sig.empty()) EXPECT_EQ(bytes.find(sig), std::string::npos);
-    }
-  }
 
-  ProxyEnv env;
-  TempVault tv;
-  std::unique_ptr<FakeProvider> provider;
-  std::unique_ptr<proxy::testing::FakeUpstream> upstream;
   vault::BoundCredential login;
-  std::shared_ptr<OauthFilter> filter;
 };
 
 TEST_P(OauthProxyTest, ApiCallRefreshRotationAndTheGuestOnlySeesPlaceholders) {

@@ -8,39 +8,21 @@
 #include <unistd.h>
 
 #include "oauth/refresh_timer.h"
-#include "oauth/test_util.h"
-#include "oauth/wiring.h"
-#include "proxy/test_env.h"
+#include "oauth/proxy_rig.h"
 
 namespace cloister::oauth {
 namespace {
 
-using proxy::testing::ProxyEnv;
-using testing::FakeProvider;
-using testing::TempVault;
 
-class OauthRefreshTimerTest : public ::testing::TestWithParam<bool> {  // param: jwt
+class OauthRefreshTimerTest : public ::testing::TestWithParam<bool>,  // param: jwt
+                              public testing::OauthProxyRig {
  protected:
   void SetUp() override {
     bool jwt = GetParam();
-    provider = std::make_unique<FakeProvider>(jwt);
-    auto up = proxy::testing::FakeUpstream::Start(env.upstream_ca, provider->handler());
-    ASSERT_TRUE(up.ok());
-    upstream = std::move(up).value();
+    ASSERT_NO_FATAL_FAILURE(StartProvider(jwt));
     login = tv.Import(*provider, jwt);
-    proxy::ProxyConfig cfg;
-    cfg.credentials = env.creds;
-    auto sink = proxy::TraceSink::Open(env.dir + "/trace.jsonl");
-    ASSERT_TRUE(sink.ok());
-    cfg.trace = *sink;
-    cfg.credentials.push_back(login);
-    auto f = AddOauthFilters(cfg, VaultPersister(tv.loc, vault::KeyBackend::kFile));
-    ASSERT_TRUE(f.ok()) << f.error().ToString();
-    filter = *f;
-    env.creds = cfg.credentials;
-    env.filters = cfg.filters;
-    std::string token_host = jwt ? "auth.openai.com" : "platform.claude.com";
-    env.StartProxy({{token_host + ":443", upstream->Address()}});
+    ASSERT_NO_FATAL_FAILURE(
+        StartProxy({jwt ? "auth.openai.com" : "platform.claude.com"}, {login}));
   }
 
   RefreshTimer::RefreshFn Refresher() {
@@ -61,12 +43,7 @@ class OauthRefreshTimerTest : public ::testing::TestWithParam<bool> {  // param:
         env.ca->cert_pem());
   }
 
-  ProxyEnv env;
-  TempVault tv;
-  std::unique_ptr<FakeProvider> provider;
-  std::unique_ptr<proxy::testing::FakeUpstream> upstream;
   vault::BoundCredential login;
-  std::shared_ptr<OauthFilter> filter;
 };
 
 TEST_P(OauthRefreshTimerTest, RefreshesThroughTheProxyBeforeExpiryAndRecordsFailures) {

@@ -17,12 +17,6 @@
 namespace cloister::oauth {
 namespace {
 
-int64_t SystemMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 uint64_t SplitMix(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

@@ -1,6 +1,11 @@
 #include "proxy/consent_filter.h"
 
 #include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "proxy/exchange.h"
 #include "proxy/proxy.h"
@@ -44,6 +49,35 @@ std::string RefusalText(const Exchange& ex, const std::string& cred, const Conse
 }
 
 }  // namespace
+
+boost::asio::awaitable<bool> AwaitDecision(ConsentTicket& ticket,
+                                           std::chrono::steady_clock::time_point cap) {
+  namespace asio = boost::asio;
+  auto exec = co_await asio::this_coro::executor;
+  // Shared with the wake's posted handler, which may run after this wait ended.
+  struct Wait {
+    explicit Wait(const asio::any_io_executor& e) : timer(e) {}
+    asio::steady_timer timer;
+    bool woken = false;
+  };
+  auto w = std::make_shared<Wait>(exec);
+  std::chrono::steady_clock::duration left = ticket.TimeLeft();
+  left = std::max(std::chrono::steady_clock::duration::zero(),
+                  std::min(left, cap - std::chrono::steady_clock::now()));
+  w->timer.expires_after(left);
+  // The wake comes from the gate's thread: it only posts to this loop, so the cancel runs here
+  // after this coroutine is suspended in async_wait (a wake during OnDecided is posted too, and
+  // cannot be lost).
+  ticket.OnDecided([w, exec] {
+    asio::post(exec, [w] {
+      w->woken = true;
+      w->timer.cancel();
+    });
+  });
+  auto [ec] = co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  ticket.OnDecided(nullptr);  // this wait is over: no post into a loop that may be gone
+  co_return !ec || w->woken;
+}
 
 Status ConsentFilter::OnRequestHead(Exchange& ex) {
   // Only a TLS-intercepted request whose names agree ever gets a real value (the substitution

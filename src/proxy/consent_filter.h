@@ -10,8 +10,10 @@
 //
 // Waiting: filters never block. When a question is undecided the filter leaves a ticket in the
 // exchange (Exchange::consent_wait); the chain stops there (Chain::OnRequestHead), the HTTP driver
-// polls the ticket on a timer off nothing (the event loop serves other connections meanwhile) and
-// calls the chain again from this filter, which then reads the answer.
+// waits on an asio timer that the ticket's wake (ConsentTicket::OnDecided) cancels, or that runs
+// out when the gate's timeout is due (ConsentTicket::TimeLeft), so an open question costs no
+// wakeups (the event loop serves other connections meanwhile); then it calls the chain again
+// from this filter, which reads the answer.
 //
 // Fail closed: no gate configured, no listener, no answer in time, a closed listener or garbage:
 // the request is refused with 403 and a body naming the credential and `cloister approve NAME`;
@@ -22,10 +24,14 @@
 // listener treat it as hostile (bounded, control characters stripped before display).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <boost/asio/awaitable.hpp>
 
 #include "proxy/chain.h"
 #include "vault/credential.h"
@@ -62,6 +68,14 @@ class ConsentTicket {
   // The answer once decided (the same one on every later call), nullopt while undecided.
   // Implementations decide timeouts here too, so polling alone ends every wait.
   virtual std::optional<ConsentAnswer> Poll() = 0;
+  // Asks for `wake` to be called once, from any thread (it must only hand off, e.g. asio::post),
+  // when the ticket is decided: at once (on this thread) if it already is. A later call replaces
+  // an earlier wake; once the ticket is destroyed its wake is never called. The default never
+  // wakes: the waiter then relies on TimeLeft alone.
+  virtual void OnDecided(std::function<void()> wake) { (void)wake; }
+  // How long the waiter may sleep before it must Poll again: until the gate would decide a
+  // timeout by itself. The default, 25 ms, is polling (a ticket that never wakes).
+  virtual std::chrono::milliseconds TimeLeft() { return std::chrono::milliseconds(25); }
 };
 
 // Implemented by the supervisor's broker (supervisor/consent.h). Thread safe.
@@ -71,6 +85,13 @@ class ConsentGate {
   // May return an already decided ticket (a live grant; no listener). Never null.
   virtual std::shared_ptr<ConsentTicket> Ask(const ConsentQuestion& question) = 0;
 };
+
+// The HTTP driver's wait for `ticket` (run on the exchange's event loop, one thread): an asio
+// timer set to the ticket's TimeLeft (at most until `cap`) that the ticket's wake cancels, so
+// nothing runs until the decision or the timeout is due. Returns false when the timer was
+// cancelled by anything but the wake (the proxy is stopping); the caller then Polls again.
+boost::asio::awaitable<bool> AwaitDecision(ConsentTicket& ticket,
+                                           std::chrono::steady_clock::time_point cap);
 
 class ConsentFilter : public Filter {
  public:

@@ -5,6 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
 #include "proxy/destination_filter.h"
 #include "proxy/filter_test_util.h"
 #include "vault/crypto.h"
@@ -148,6 +155,93 @@ TEST_F(ConsentFilterTest, BodySwapCredentialsAskWheneverInScope) {
   ASSERT_TRUE(DestinationFilter().OnRequestHead(*ex).ok());
   EXPECT_TRUE(RequestUsesCredential(*ex, 1));
   EXPECT_FALSE(RequestUsesCredential(*ex, 0));
+}
+
+// A ticket that wakes its waiter when decided (as the broker's does).
+class WakingTicket : public ConsentTicket {
+ public:
+  std::optional<ConsentAnswer> Poll() override {
+    std::lock_guard<std::mutex> l(mu);
+    return answer;
+  }
+  void OnDecided(std::function<void()> w) override {
+    std::unique_lock<std::mutex> l(mu);
+    if (!answer) {
+      wake = std::move(w);
+      return;
+    }
+    l.unlock();
+    if (w) w();
+  }
+  std::chrono::milliseconds TimeLeft() override { return left; }
+  void Decide(ConsentAnswer a) {
+    std::function<void()> w;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      answer = std::move(a);
+      w = std::move(wake);
+    }
+    if (w) w();
+  }
+  std::mutex mu;
+  std::optional<ConsentAnswer> answer;
+  std::function<void()> wake;
+  std::chrono::milliseconds left{std::chrono::minutes(10)};
+};
+
+// Starts AwaitDecision(t) on `io` and runs it to its wait; `result` is set when it returns.
+void StartAwait(boost::asio::io_context& io, ConsentTicket& t, std::optional<bool>& result) {
+  boost::asio::co_spawn(
+      io,
+      [&t, &result]() -> boost::asio::awaitable<void> {
+        result = co_await AwaitDecision(t, std::chrono::steady_clock::now() + std::chrono::minutes(10));
+      },
+      boost::asio::detached);
+  io.poll();
+}
+
+TEST(AwaitDecisionTest, AnOpenQuestionRunsNothingUntilTheDecisionWakesTheWait) {
+  boost::asio::io_context io;
+  WakingTicket t;
+  std::optional<bool> result;
+  StartAwait(io, t, result);
+  ASSERT_FALSE(result.has_value());
+  // Open: not one handler runs on the loop (a 25 ms poll would run about eight in this time).
+  EXPECT_EQ(io.run_for(std::chrono::milliseconds(200)), 0u);
+  EXPECT_FALSE(result.has_value());
+  // The decision comes from another thread (the broker's listener) and ends the wait.
+  std::thread([&t] { t.Decide(ConsentAnswer{true, "request", "approve pid 7", 0, true}); }).join();
+  io.run_for(std::chrono::seconds(30));
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(*result);
+  EXPECT_TRUE(t.Poll().has_value());
+  EXPECT_FALSE(t.wake);  // the wait took its wake back
+}
+
+TEST(AwaitDecisionTest, ADecidedTicketOrADueTimeoutEndsTheWaitAtOnce) {
+  {
+    boost::asio::io_context io;
+    WakingTicket t;
+    t.answer = ConsentAnswer{false, "deny", "approve pid 7", 0, true};
+    std::optional<bool> result;
+    StartAwait(io, t, result);
+    io.run_for(std::chrono::seconds(30));
+    ASSERT_TRUE(result.has_value());
+    EXPECT_TRUE(*result);
+  }
+  {
+    // Undecided and never woken, but the gate's timeout is due: the timer runs out (the caller
+    // Polls, and the gate decides the timeout there).
+    boost::asio::io_context io;
+    WakingTicket t;
+    t.left = std::chrono::milliseconds(0);
+    std::optional<bool> result;
+    StartAwait(io, t, result);
+    io.run_for(std::chrono::seconds(30));
+    ASSERT_TRUE(result.has_value());
+    EXPECT_TRUE(*result);
+    EXPECT_FALSE(t.Poll().has_value());
+  }
 }
 
 }  // namespace

@@ -86,19 +86,17 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
   for (;;) {
     if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(client, ex, st);
     if (!ex.consent_wait) break;
-    // A credential waits for a person's decision (consent_filter.h): poll the ticket on a timer,
-    // so this loop keeps serving its other connections; the gate decides timeouts itself, and a
-    // hard cap here keeps a broken gate from holding the request forever (refused: fail closed).
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    // A credential waits for a person's decision (consent_filter.h): wait on a timer the
+    // decision cancels (AwaitDecision), so this loop keeps serving its other connections and an
+    // open question costs no wakeups; the gate decides timeouts itself, and a hard cap here keeps
+    // a broken gate from holding the request forever (refused: fail closed).
     auto cap = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (!ex.consent_wait->Poll()) {
-      if (std::chrono::steady_clock::now() > cap) {
+      if (std::chrono::steady_clock::now() >= cap) {
         ex.consent_wait.reset();
         co_return co_await Refused(client, ex, ex.Refuse(403, "consent: no decision in 10 minutes"));
       }
-      timer.expires_after(std::chrono::milliseconds(25));
-      auto [ec] = co_await timer.async_wait(kTok);
-      if (ec) co_return false;  // the proxy is stopping
+      if (!co_await AwaitDecision(*ex.consent_wait, cap)) co_return false;  // the proxy is stopping
     }
   }
   if (ex.expect_continue && !parser.is_done()) {

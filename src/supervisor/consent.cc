@@ -86,6 +86,7 @@ struct ConsentBroker::Pending {
   Clock::time_point asked_at, deadline;
   int listening = 0;  // live listeners that were sent this question
   std::optional<ConsentAnswer> answer;
+  std::function<void()> wake;  // the waiting ticket's (ConsentTicket::OnDecided); called once
   bool Timed() const { return kind == "cred" && q.ask == vault::ConsentAsk::kOnce; }
 };
 
@@ -103,6 +104,7 @@ class ConsentBroker::Ticket : public proxy::ConsentTicket {
   ~Ticket() override {
     if (auto b = broker_.lock()) {
       std::lock_guard<std::mutex> l(b->mu_);
+      p_->wake = nullptr;  // never called once the ticket is gone (ConsentTicket::OnDecided)
       if (!p_->answer) b->WithdrawLocked(p_->id);
     }
   }
@@ -110,19 +112,32 @@ class ConsentBroker::Ticket : public proxy::ConsentTicket {
     auto b = broker_.lock();
     if (!b) return p_->answer ? p_->answer : ConsentAnswer{false, "refused", "stopping", 0};
     std::lock_guard<std::mutex> l(b->mu_);
-    if (!p_->answer && b->Now() >= p_->deadline) {
-      b->ResolveLocked(p_, {false, "refused",
-                            "no answer within " +
-                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                   b->opts_.timeout)
-                                                   .count()) +
-                                " s",
-                            0});
-    }
+    b->ExpireLocked(p_);
     if (!p_->answer) return std::nullopt;
     ConsentAnswer a = *p_->answer;
     a.asked = true;  // this question was put to a listener
     return a;
+  }
+  void OnDecided(std::function<void()> wake) override {
+    if (auto b = broker_.lock()) {
+      std::unique_lock<std::mutex> l(b->mu_);
+      b->ExpireLocked(p_);
+      if (!p_->answer) {
+        p_->wake = std::move(wake);  // ResolveLocked calls it
+        return;
+      }
+      p_->wake = nullptr;
+    }
+    if (wake) wake();  // decided already (or the broker is gone: Poll says "stopping")
+  }
+  std::chrono::milliseconds TimeLeft() override {
+    auto b = broker_.lock();
+    if (!b) return std::chrono::milliseconds(0);
+    std::lock_guard<std::mutex> l(b->mu_);
+    if (p_->answer) return std::chrono::milliseconds(0);
+    // Rounded up, so a waiter that sleeps this long finds the deadline passed.
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::ceil<std::chrono::milliseconds>(p_->deadline - b->Now()));
   }
 
  private:
@@ -258,7 +273,29 @@ void ConsentBroker::ResolveLocked(const std::shared_ptr<Pending>& p, ConsentAnsw
                                             p->q.host + p->q.path;
   Log("consent: " + what + ": " + (answer.allowed ? "allowed, " : "refused, ") +
       answer.decision + " (" + answer.by + ")");
+  if (p->wake) {
+    std::function<void()> wake = std::move(p->wake);
+    p->wake = nullptr;
+    wake();  // only posts to the waiter's loop (ConsentTicket::OnDecided)
+  }
   cv_.notify_all();
+}
+
+void ConsentBroker::ExpireLocked(const std::shared_ptr<Pending>& p) {
+  if (p->answer || Now() < p->deadline) return;
+  ResolveLocked(p, {false, "refused",
+                    "no answer within " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::seconds>(opts_.timeout).count()) +
+                        " s",
+                    0});
+}
+
+void ConsentBroker::ExpireDue() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::shared_ptr<Pending>> all;
+  for (const auto& [id, p] : pending_) all.push_back(p);
+  for (const auto& p : all) ExpireLocked(p);
 }
 
 void ConsentBroker::ApplyLocked(const std::shared_ptr<Pending>& p, Grant grant,
@@ -347,15 +384,7 @@ ConsentAnswer ConsentBroker::AskAndWait(const SshQuestion& question) {
   // Poll the clock (it may be injected) as well as waiting for the answer.
   while (!p->answer) {
     cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return p->answer.has_value(); });
-    if (!p->answer && Now() >= p->deadline) {
-      ResolveLocked(p, {false, "refused",
-                        "no answer within " +
-                            std::to_string(
-                                std::chrono::duration_cast<std::chrono::seconds>(opts_.timeout)
-                                    .count()) +
-                            " s",
-                        0});
-    }
+    ExpireLocked(p);
   }
   return *p->answer;
 }

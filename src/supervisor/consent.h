@@ -66,7 +66,9 @@
 // stopping broker: refused, and the reason is in the answer (the proxy's 403 body and trace).
 //
 // Time: grant expiry and question timeouts read Options::now (steady_clock::now by default;
-// tests inject a clock they move). Waiting ends by polling (ConsentTicket::Poll, AskAndWait).
+// tests inject a clock they move, then call ExpireDue). The proxy's wait costs no wakeups: a
+// ticket's wake (ConsentTicket::OnDecided) is called when the question is decided, and its
+// TimeLeft says when the timeout is due; Poll decides the timeout. AskAndWait polls (50 ms).
 //
 // Threading: every public method is thread safe. ServeListener blocks (one thread per listener
 // connection, the supervisor's connection thread); AskAndWait blocks (the SSH agent's thread);
@@ -153,6 +155,10 @@ class ConsentBroker : public proxy::ConsentGate,
   // Dispatches one of the ops above from its request line (consent-list/answer/revoke).
   nlohmann::json HandleRequest(const nlohmann::json& request, int peer_pid);
 
+  // Refuses every pending question whose timeout passed by Options::now, waking its waiter
+  // (a waiting proxy sleeps until TimeLeft by the real clock: call this after moving an injected
+  // clock).
+  void ExpireDue();
   // Ends every "until the VM stops" grant (the supervisor calls it at each boot).
   void EndVmGrants();
   // Hangs up every listener and refuses every pending and later question. Idempotent.
@@ -172,6 +178,8 @@ class ConsentBroker : public proxy::ConsentGate,
   // Under mu_: the pending question with `id`, resolved now if its time is up.
   std::optional<proxy::ConsentAnswer> PollLocked(uint64_t id);
   void ResolveLocked(const std::shared_ptr<Pending>& p, proxy::ConsentAnswer answer);
+  // Refuses `p` if its timeout passed ("no answer within N s").
+  void ExpireLocked(const std::shared_ptr<Pending>& p);
   void ApplyLocked(const std::shared_ptr<Pending>& p, Grant grant, const std::string& by);
   std::optional<proxy::ConsentAnswer> GrantCoversLocked(const std::string& credential);
   bool SendQuestionLocked(Listener& l, const Pending& p);

@@ -180,6 +180,7 @@ TEST_F(ConsentCurlTest, SilenceAndAHangUpRefuse) {
   auto silent = CurlAsync();
   (void)Question(*conn);
   Advance(std::chrono::seconds(61));  // the injected clock passes the 60 s timeout
+  broker_->ExpireDue();  // the waiting proxy sleeps by the real clock: wake it
   ExpectRefusal(silent.get(), "refused: no answer within 60 s");
   auto hung = CurlAsync();
   (void)Question(*conn);

@@ -211,6 +211,68 @@ TEST_F(ConsentTest, NoAnswerWithinTheTimeoutIsRefused) {
   EXPECT_FALSE(t2->Poll().has_value());
 }
 
+// The proxy's wait costs no wakeups (consent_filter.h AwaitDecision): a ticket's wake is called
+// once when its question is decided (an answer, the timeout by ExpireDue, Stop) and never once
+// the ticket is dropped; TimeLeft says when the timeout is due by the broker's clock.
+TEST_F(ConsentTest, AWaitingTicketIsWokenByItsDecisionOnlyAndNeverOnceDropped) {
+  auto conn = Listen();
+  auto question = [&] {
+    for (;;) {
+      json q = Read(*conn);
+      if (q.is_null() || q["op"] == "consent") return q;
+    }
+  };
+  auto wait_for = [](std::atomic<int>& n, int want) {
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (n.load() < want && Clock::now() < deadline) std::this_thread::yield();
+    return n.load();
+  };
+  // An answer wakes it, once.
+  auto t = broker_->Ask(Q());
+  json q = question();
+  std::atomic<int> woken{0};
+  t->OnDecided([&] { ++woken; });
+  EXPECT_EQ(t->TimeLeft(), std::chrono::seconds(60));
+  Advance(std::chrono::seconds(20));
+  EXPECT_EQ(t->TimeLeft(), std::chrono::seconds(40));
+  EXPECT_EQ(woken.load(), 0);  // open: nothing calls it
+  ASSERT_TRUE(conn->Send({{"id", q["id"]}, {"grant", "request"}}).ok());
+  EXPECT_EQ(wait_for(woken, 1), 1);
+  ASSERT_TRUE(t->Poll().has_value());
+  EXPECT_TRUE(t->Poll()->allowed);
+  EXPECT_EQ(t->TimeLeft(), std::chrono::milliseconds(0));
+  int at_once = 0;
+  t->OnDecided([&] { ++at_once; });  // decided already: called on this thread, now
+  EXPECT_EQ(at_once, 1);
+  EXPECT_EQ(woken.load(), 1);
+  // The timeout: moving the injected clock wakes nobody; ExpireDue does.
+  auto late = broker_->Ask(Q());
+  (void)question();
+  std::atomic<int> late_woken{0};
+  late->OnDecided([&] { ++late_woken; });
+  Advance(std::chrono::seconds(61));
+  EXPECT_EQ(late_woken.load(), 0);
+  EXPECT_EQ(late->TimeLeft(), std::chrono::milliseconds(0));
+  broker_->ExpireDue();
+  EXPECT_EQ(late_woken.load(), 1);
+  EXPECT_EQ(late->Poll()->by, "no answer within 60 s");
+  // A dropped ticket's wake is never called (its question is withdrawn without it); Stop wakes
+  // the ones still waiting.
+  auto dropped = broker_->Ask(Q());
+  (void)question();
+  std::atomic<int> dropped_woken{0};
+  dropped->OnDecided([&] { ++dropped_woken; });
+  dropped.reset();
+  auto open = broker_->Ask(Q());
+  (void)question();
+  std::atomic<int> open_woken{0};
+  open->OnDecided([&] { ++open_woken; });
+  broker_->Stop();
+  EXPECT_EQ(open_woken.load(), 1);
+  EXPECT_EQ(open->Poll()->by, "stopping");
+  EXPECT_EQ(dropped_woken.load(), 0);
+}
+
 TEST_F(ConsentTest, GarbageAndHangUpRefuse) {
   auto conn = Listen();
   auto t = broker_->Ask(Q());

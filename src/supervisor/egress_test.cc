@@ -30,6 +30,40 @@ namespace fs = std::filesystem;
 const std::string kReal =
     "sk-ant-api03-REALxKEYxNEVERxINxTHExGUESTx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX-_AA";
 
+// The guest's listener in miniature: its one accepted connection goes to Serve, as the mux's
+// "proxy" service does with each guest stream. Join() once the client is done.
+class OneGuestConnection {
+ public:
+  explicit OneGuestConnection(Egress& egress) {
+    lfd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(lfd_, 8), 0);
+    socklen_t len = sizeof a;
+    getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this, &egress] {
+      int c = accept4(lfd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) egress.Serve(c);
+    });
+  }
+  ~OneGuestConnection() { Join(); }
+  // The proxy URL the guest's client uses.
+  std::string ProxyUrl() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  void Join() {
+    if (acceptor_.joinable()) acceptor_.join();
+    if (lfd_ >= 0) close(lfd_);
+    lfd_ = -1;
+  }
+
+ private:
+  int lfd_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+};
+
 class EgressTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -154,27 +188,15 @@ TEST_F(EgressTest, WithoutALoginTheCaptureSlotPlaceholdersTripTheDetector) {
     ASSERT_FALSE(slots->empty());
     slot_placeholder = slots->front().placeholder;  // claude-subscription's access placeholder
   }
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(lfd, 8), 0);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  std::thread acceptor([&] {
-    int c = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c >= 0) (*e)->Serve(c);
-  });
+  OneGuestConnection guest(**e);
   std::string ca_file = dir_ + "/guest-ca.pem";
   std::ofstream(ca_file) << (*e)->guest().ca_pem;
   auto run = RunProcess({"curl", "-sS", "--max-time", "60", "--cacert", ca_file, "-x",
-                         "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "-o",
+                         guest.ProxyUrl(), "-o",
                          "/dev/null", "-w", "%{http_code}", "-H",
                          "Authorization: Bearer " + slot_placeholder,
                          "https://elsewhere.example/x"});
-  acceptor.join();
-  close(lfd);
+  guest.Join();
   ASSERT_TRUE(run.ok()) << run.error().ToString();
   EXPECT_EQ(run->out, "451") << run->err;
   std::lock_guard<std::mutex> l(mu);
@@ -206,27 +228,13 @@ TEST_F(EgressTest, GuestGetsOnlyThePlaceholderAndTheUpstreamGetsTheRealKey) {
   EXPECT_EQ(Everything(g).find(kReal), std::string::npos) << "a real value reached the guest setup";
   EXPECT_EQ(Everything(g).find(kReal.substr(20, 40)), std::string::npos);
 
-  // The guest's listener in miniature: every accepted connection goes to Serve, as the mux's
-  // "proxy" service does with each guest stream.
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(lfd, 8), 0);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  std::thread acceptor([&] {
-    int c = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c >= 0) (*e)->Serve(c);
-  });
+  OneGuestConnection guest(**e);
   std::string ca_file = dir_ + "/guest-ca.pem";
   std::ofstream(ca_file) << g.ca_pem;
   auto run = RunProcess({"curl", "-sS", "--max-time", "60", "--cacert", ca_file, "-x",
-                         "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "-H",
+                         guest.ProxyUrl(), "-H",
                          "x-api-key: " + placeholder, "https://api.anthropic.com/v1/messages"});
-  acceptor.join();
-  close(lfd);
+  guest.Join();
   ASSERT_TRUE(run.ok()) << run.error().ToString();
   EXPECT_EQ(run->exit_code, 0) << run->err;
   EXPECT_EQ(run->out, "{\"ok\":true}");
