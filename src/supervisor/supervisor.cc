@@ -300,6 +300,39 @@ Status Supervisor::Init() {
   bo.output_path = paths_.supervisor_log;
   bo.log = Log;
   bo.ready_timeout = opts_.ready_timeout;
+  // The kept profile's place (browser/profile_disk.h): this supervisor holds the workspace lock
+  // for its whole life, as EnsureProfileDisk asks.
+  bo.keys_dir = store_->root() + "/" + std::string(layout::kKeysDir);
+  bo.workspace_dir = store_->Paths(opts_.name).dir;
+  // The automatic start at the first CDP connection (opt-in, read at boot like --auto-ports;
+  // fail closed: a malformed "browser" key refuses the boot).
+  ASSIGN_OR_RETURN(BrowserSettings browser_settings, BrowserSettingsFromConfig(config_));
+  if (browser_settings.autostart && opts_.resolve_image) {
+    bo.autostart = [this, browser_settings]() -> Result<BrowserVm::Options::AutostartPlan> {
+      Phase phase;
+      std::string detail;
+      BrowserVm::Options::AutostartPlan plan;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        phase = phase_;
+        detail = pause_reason_;
+        plan.egress = egress_;
+      }
+      RETURN_IF_ERROR(BrowserStartCheck(phase, opts_.name, detail));
+      auto image = opts_.resolve_image(kBrowserImageName);
+      if (!image.ok()) {
+        return Error(image.error().code(),
+                     "browser image '" + std::string(kBrowserImageName) + "': " +
+                         image.error().message(),
+                     "build it: `cloister image build --browser`");
+      }
+      plan.options.image_path = *image;
+      plan.options.keep_profile = browser_settings.keep_profile;
+      Log("browser: automatic start (" + plan.options.image_path +
+          (plan.options.keep_profile ? ", kept profile)" : ")"));
+      return plan;
+    };
+  }
   browser_ = std::make_shared<BrowserVm>(std::move(bo));
   return OkStatus();
 }
@@ -1167,7 +1200,7 @@ json Supervisor::HandlePorts(const json& req) {
 }
 
 // The control op "browser" (supervisor/browser_vm.h): {"action":"status"} any live state;
-// {"action":"start","image":PATH,"memory_mib":N,"cpus":N} only while running (the lifecycle
+// {"action":"start","image":PATH,"memory_mib":N,"cpus":N,"keep_profile":BOOL} only while running (the lifecycle
 // table, BrowserStartCheck); {"action":"stop"} any live state.
 json Supervisor::HandleBrowser(const json& req) {
   std::string action = JsonString(req, "action");
@@ -1199,8 +1232,11 @@ json Supervisor::HandleBrowser(const json& req) {
   if (auto c = req.find("cpus"); c != req.end() && c->is_number_unsigned()) {
     so.cpus = static_cast<int>(std::min<uint64_t>(c->get<uint64_t>(), 1024));
   }
+  if (auto k = req.find("keep_profile"); k != req.end() && k->is_boolean()) {
+    so.keep_profile = k->get<bool>();
+  }
   Log("browser: starting (" + so.image_path + ", " + std::to_string(so.memory_mib) + " MiB, " +
-      std::to_string(so.cpus) + " CPUs)");
+      std::to_string(so.cpus) + " CPUs" + (so.keep_profile ? ", kept profile" : "") + ")");
   auto started = browser_->Start(so, egress);
   if (!started.ok()) return ErrorReply(started.error());
   return {{"ok", true}, {"name", opts_.name}, {"browser", *started}};
