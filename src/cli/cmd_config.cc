@@ -68,7 +68,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
                   "browser VM runs starts one (the 'browser' image, default memory and CPUs; a "
                   "failed start is retried only after a back-off); keep-profile: the same with the "
                   "kept profile (`browser start --keep-profile`); off: `cloister browser NAME start` "
-                  "only. Applies at the next start")
+                  "only. Applies at once, also while the VM runs")
       ->check(CLI::IsMember({"on", "off", "keep-profile"}));
   cmd->add_flag("--json", o->json, "Print the settings as JSON");
   cmd->callback([&cli, o] {
@@ -127,7 +127,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
       }
       if (!o->browser_autostart.empty()) {
         cli.err() << "cloister: " << o->name << ": browser autostart " << o->browser_autostart
-                  << (running ? "; the VM is running: this applies at its next start" : "") << "\n";
+                  << (running ? " (the running VM's next CDP connection sees it)" : "") << "\n";
       }
     }
     // The one derived status, as `ls` shows it (supervisor/state.h).

@@ -604,7 +604,6 @@ json BrowserVm::StatusJsonLocked(const std::shared_ptr<Running>& run) {
   if (!run) {
     return {{"state", starting_ ? "starting" : "stopped"},
             {"cdp_connections", cdp_connections_},
-            {"autostart", static_cast<bool>(opts_.autostart)},
             {"autostarts", autostarts_}};
   }
   return {{"state", "running"},
@@ -617,7 +616,6 @@ json BrowserVm::StatusJsonLocked(const std::shared_ptr<Running>& run) {
           {"profile", run->options.keep_profile ? "kept" : "tmpfs"},
           {"started", static_cast<int64_t>(run->started)},
           {"cdp_connections", cdp_connections_},
-          {"autostart", static_cast<bool>(opts_.autostart)},
           {"autostarts", autostarts_}};
 }
 
@@ -644,6 +642,12 @@ void BrowserVm::ConnectCdp(int fd) {
   std::shared_ptr<channel::Mux> mux;
   std::thread finished;  // a previous automatic start's thread, done: joined outside the lock
   std::string refused;
+  bool idle = false;  // no VM and no start: only then is the opt-in asked (outside the lock)
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    idle = !(run_ && run_->ready && !run_->exited) && !starting_ && !gate_.in_flight();
+  }
+  const bool enabled = idle && opts_.autostart && opts_.autostart_enabled && opts_.autostart_enabled();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (run_ && run_->ready && !run_->exited) {
@@ -658,8 +662,10 @@ void BrowserVm::ConnectCdp(int fd) {
         return;
       }
       refused = "too many CDP connections wait for the browser VM's start";
-    } else if (!opts_.autostart) {
-      refused = "no browser VM runs (`cloister browser " + opts_.workspace + " start`)";
+    } else if (!enabled) {
+      refused = "no browser VM runs (`cloister browser " + opts_.workspace +
+                " start`, or opt in to its automatic start: `cloister config " + opts_.workspace +
+                " --browser-autostart on`)";
     } else {
       switch (gate_.OnConnection(AutostartGate::Clock::now())) {
         case AutostartGate::Decision::kWait:  // not reached: in_flight() was checked above

@@ -21,7 +21,8 @@
 //     `secret` object, never argv, environment or a file), then `cont`. Fail closed: a disk that
 //     cannot be made or attached fails the start; it never falls back to the tmpfs.
 //   - Automatic start (opt-in, config.json "browser" {"autostart": true}, `cloister config NAME
-//     --browser-autostart on|keep-profile`): a `cdp` stream while no browser VM runs starts one
+//     --browser-autostart on|keep-profile`, read at each such stream, so a change applies at
+//     once): a `cdp` stream while no browser VM runs starts one
 //     (Options::autostart supplies the workspace's settings) and is joined once READY. SECURITY:
 //     a hostile guest opening many streams causes at most one start at a time (AutostartGate),
 //     at most kMaxPendingCdp waiting streams, and a failed start is retried only after a growing
@@ -77,6 +78,9 @@ inline constexpr int kBrowserDefaultCpus = 1;
 // An overridable file of extra files for the browser VM's metadata ([{path, content, mode,
 // owner}], JSON), for tests and debugging (like CLOISTER_PROXY_RESOLVE): a host user's choice.
 inline constexpr char kBrowserFilesEnv[] = "CLOISTER_BROWSER_FILES";
+// The image SPEC an automatic start uses instead of kBrowserImageName (a catalog name or a raw
+// image path, resolved with the same checks as `browser start --image`): tests and debugging.
+inline constexpr char kBrowserImageEnv[] = "CLOISTER_BROWSER_IMAGE";
 
 struct BrowserStartOptions {
   std::string image_path;  // the browser image's raw disk; vmlinuz and initrd.img beside it
@@ -186,6 +190,10 @@ class BrowserVm {
       std::shared_ptr<Egress> egress;
     };
     std::function<Result<AutostartPlan>()> autostart;
+    // Whether the workspace opted in now (config.json "browser" autostart), asked at each `cdp`
+    // stream while no browser VM runs and no start is in progress (cheap: the supervisor re-reads
+    // the config only when it changed). Null or false: the stream is closed, as without autostart.
+    std::function<bool()> autostart_enabled;
   };
   explicit BrowserVm(Options options);
   ~BrowserVm();  // Shutdown()

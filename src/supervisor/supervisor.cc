@@ -118,6 +118,13 @@ class Supervisor {
   Status StartPorts();
   json HandlePorts(const json& req);
   json HandleBrowser(const json& req);
+  // config.json's "browser" settings, re-read when the file's mtime or size changed; a malformed
+  // or unreadable one is off (logged once per change).
+  BrowserSettings CurrentBrowserSettings();
+  std::mutex browser_settings_mu_;
+  struct timespec browser_settings_mtime_ {};
+  off_t browser_settings_size_ = -1;
+  BrowserSettings browser_settings_;
 
   SupervisorOptions opts_;
   std::unique_ptr<Store> store_;
@@ -304,11 +311,18 @@ Status Supervisor::Init() {
   // for its whole life, as EnsureProfileDisk asks.
   bo.keys_dir = store_->root() + "/" + std::string(layout::kKeysDir);
   bo.workspace_dir = store_->Paths(opts_.name).dir;
-  // The automatic start at the first CDP connection (opt-in, read at boot like --auto-ports;
-  // fail closed: a malformed "browser" key refuses the boot).
-  ASSIGN_OR_RETURN(BrowserSettings browser_settings, BrowserSettingsFromConfig(config_));
-  if (browser_settings.autostart && opts_.resolve_image) {
-    bo.autostart = [this, browser_settings]() -> Result<BrowserVm::Options::AutostartPlan> {
+  // The automatic start at the first CDP connection (opt-in, config.json "browser"; fail
+  // closed: a malformed key refuses the boot, and later reads as off). Read again whenever
+  // config.json changed, so `cloister config NAME --browser-autostart` applies at once.
+  if (auto settings = BrowserSettingsFromConfig(config_); !settings.ok()) return settings.error();
+  if (opts_.resolve_image) {
+    bo.autostart_enabled = [this] { return CurrentBrowserSettings().autostart; };
+    bo.autostart = [this]() -> Result<BrowserVm::Options::AutostartPlan> {
+      BrowserSettings browser_settings = CurrentBrowserSettings();
+      if (!browser_settings.autostart) {
+        return Error(ErrorCode::kFailedPrecondition, "the automatic start is off",
+                     "`cloister config " + opts_.name + " --browser-autostart on`");
+      }
       Phase phase;
       std::string detail;
       BrowserVm::Options::AutostartPlan plan;
@@ -319,11 +333,12 @@ Status Supervisor::Init() {
         plan.egress = egress_;
       }
       RETURN_IF_ERROR(BrowserStartCheck(phase, opts_.name, detail));
-      auto image = opts_.resolve_image(kBrowserImageName);
+      std::string spec = kBrowserImageName;
+      if (const char* e = std::getenv(kBrowserImageEnv); e && *e) spec = e;
+      auto image = opts_.resolve_image(spec);
       if (!image.ok()) {
         return Error(image.error().code(),
-                     "browser image '" + std::string(kBrowserImageName) + "': " +
-                         image.error().message(),
+                     "browser image '" + spec + "': " + image.error().message(),
                      "build it: `cloister image build --browser`");
       }
       plan.options.image_path = *image;
@@ -1197,6 +1212,32 @@ json Supervisor::HandlePorts(const json& req) {
   json list = json::array();
   for (const ForwardInfo& f : ports_->List()) list.push_back(ForwardInfoJson(f));
   return {{"ok", true}, {"ports", list}, {"added", added}, {"auto_ports", auto_ports_}};
+}
+
+BrowserSettings Supervisor::CurrentBrowserSettings() {
+  std::lock_guard<std::mutex> l(browser_settings_mu_);
+  const std::string path = store_->Paths(opts_.name).config;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return browser_settings_ = BrowserSettings{};
+  if (st.st_size == browser_settings_size_ &&
+      st.st_mtim.tv_sec == browser_settings_mtime_.tv_sec &&
+      st.st_mtim.tv_nsec == browser_settings_mtime_.tv_nsec) {
+    return browser_settings_;
+  }
+  browser_settings_mtime_ = st.st_mtim;
+  browser_settings_size_ = st.st_size;
+  browser_settings_ = BrowserSettings{};
+  auto config = store_->LoadConfig(opts_.name);
+  if (!config.ok()) {
+    Log("browser: settings unreadable, automatic start off: " + config.error().message());
+    return browser_settings_;
+  }
+  auto settings = BrowserSettingsFromConfig(*config);
+  if (!settings.ok()) {
+    Log("browser: automatic start off: " + settings.error().message());
+    return browser_settings_;
+  }
+  return browser_settings_ = *settings;
 }
 
 // The control op "browser" (supervisor/browser_vm.h): {"action":"status"} any live state;
