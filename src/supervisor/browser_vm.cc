@@ -19,6 +19,7 @@
 
 #include "base/subprocess.h"
 #include "browser/profile_disk.h"
+#include "channel/exec_client.h"
 #include "protocol/contract.h"
 #include "store/config_section.h"
 #include "supervisor/boot_plan.h"
@@ -543,12 +544,54 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   return OkStatus();
 }
 
+namespace {
+
+// A kept profile lives in the guest's page cache until written back: before its QEMU is killed,
+// the browser VM's agent ends Chromium with SIGTERM (it writes its cookies and sessions out as it
+// exits) and syncs. Bounded: a guest that does not answer is killed anyway (the profile then loses
+// what it had not written, never more).
+void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
+                      const std::function<void(const std::string&)>& log) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([mux, done, log] {
+    auto fd = mux->Open(protocol::kExecService, {}, std::chrono::seconds(10));
+    if (fd.ok()) {
+      int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+      channel::ExecRequest req;
+      req.argv = {"/bin/sh", "-c",
+                  "pkill -TERM -x chromium 2>/dev/null; i=0; while [ $i -lt 40 ] && "
+                  "pgrep -x chromium >/dev/null 2>&1; do sleep 0.25; i=$((i+1)); done; sync"};
+      req.user = "root";
+      channel::ExecIo io;
+      io.in = -1;
+      io.out = null_fd;
+      io.err = null_fd;
+      auto r = channel::RunExec(*fd, req, io);
+      if (!r.ok()) log("flushing the kept profile: " + r.error().message());
+      close(*fd);
+      if (null_fd >= 0) close(null_fd);
+    } else {
+      log("flushing the kept profile: " + fd.error().message());
+    }
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    log("flushing the kept profile: no answer in 30 s; killing the VM");
+  }
+}
+
+}  // namespace
+
 void BrowserVm::Teardown(const std::shared_ptr<Running>& run) {
+  bool flush = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (run->torn_down) return;
     run->torn_down = true;
+    flush = run->options.keep_profile && run->ready && !run->exited && run->mux;
   }
+  if (flush) FlushKeptProfile(run->mux, [this](const std::string& m) { Log(m); });
   if (run->mux) run->mux->Stop();
   run->qmp.reset();
   pid_t pid;

@@ -409,7 +409,8 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   std::cerr << "[browser: autostart to the first CDP answer "
             << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t_auto).count()
             << " s]\n";
-  EXPECT_NE(autostarted.find("FakeChromium/1.0"), std::string::npos) << autostarted;
+  EXPECT_NE(autostarted.find("FakeChromium/1.0"), std::string::npos)
+      << autostarted << "\n" << Cloister({"logs", "ws", "--supervisor"}).out;
   json ab = BrowserStatus();
   EXPECT_EQ(ab.value("state", ""), "running") << ab.dump();
   EXPECT_EQ(ab.value("autostarts", 0), 1) << ab.dump();
