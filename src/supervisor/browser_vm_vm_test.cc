@@ -17,7 +17,8 @@
 //   - `browser ws start --keep-profile`: the encrypted disk is made in the workspace directory,
 //     its key in neither QEMU's argv, environment nor a file; the guest has it mounted ext4
 //     nosuid,nodev,noexec at /var/lib/cloister-browser; a cookie written there survives
-//     stop/start (and is not plaintext on the host); `browser ws forget` drops disk and key;
+//     stop/start (and is not plaintext on the host); a LUKS disk of another key fails the start
+//     with no browser VM left; `browser ws forget` drops disk and key;
 //   - the automatic start: with `config ws --browser-autostart` off a CDP connection is closed
 //     and starts nothing; on, the first one starts the browser VM and is answered;
 //   - a placeholder of the workspace's credential submitted from the browser VM to a foreign host
@@ -34,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "base/subprocess.h"
 #include "browser/profile_disk.h"
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
@@ -349,6 +351,7 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
 
   // 4b. --keep-profile: the encrypted disk is made, attached (key over QMP only) and mounted at
   // /var/lib/cloister-browser; what the browser writes there survives stop/start; forget drops it.
+  Clock::time_point t_added = Clock::now();  // steps 4b and 4c: their cost in the suite
   ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
   const std::string profile_disk = store_->Paths("ws").dir + "/browser-profile.qcow2";
   EXPECT_FALSE(fs::exists(profile_disk));
@@ -384,6 +387,26 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   // forget is refused while the browser VM runs; then drops the disk and its key.
   EXPECT_NE(Cloister({"browser", "ws", "forget", "-f"}).exit_code, 0);
   ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
+  // SECURITY: fail closed. A LUKS disk the vault's key does not open fails the start; no browser
+  // VM is left (none with a tmpfs profile either).
+  fs::rename(profile_disk, profile_disk + ".mine");
+  Result<RunOutput> made = Error(ErrorCode::kInternal, "not run");
+  for (int i = 0; i < 8; ++i) {  // qemu-img's PBKDF2 timing fails at random on a loaded host
+    made = RunProcessChecked({"qemu-img", "create", "-q", "-f", "qcow2", "--object",
+                              "secret,id=s0,data=not-the-vault-key", "-o",
+                              "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=10",
+                              profile_disk, "64M"});
+    if (made.ok()) break;
+    fs::remove(profile_disk);
+  }
+  ASSERT_TRUE(made.ok()) << made.error().ToString();
+  auto foreign = StartBrowser({"--keep-profile"});
+  EXPECT_NE(foreign.exit_code, 0) << foreign.out;
+  EXPECT_NE(foreign.err.find("does not open"), std::string::npos) << foreign.err;
+  EXPECT_EQ(BrowserStatus().value("state", ""), "stopped");
+  EXPECT_TRUE(BrowserDirs().empty());
+  fs::remove(profile_disk);
+  fs::rename(profile_disk + ".mine", profile_disk);
   auto forgot = Cloister({"browser", "ws", "forget", "-f", "--json"});
   ASSERT_EQ(forgot.exit_code, 0) << forgot.err;
   EXPECT_TRUE(json::parse(forgot.out, nullptr, false).value("forgotten", false)) << forgot.out;
@@ -416,6 +439,9 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   EXPECT_EQ(ab.value("autostarts", 0), 1) << ab.dump();
   EXPECT_EQ(BrowserDirs().size(), 1u);
   ASSERT_EQ(Cloister({"config", "ws", "--browser-autostart", "off"}).exit_code, 0);
+  std::cerr << "[browser: kept profile and autostart steps "
+            << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t_added).count()
+            << " s]\n";
 
   // 5. A placeholder submitted from the browser to a foreign host trips the detector.
   std::string placeholder = Trim(Exec("ws", ". /etc/profile.d/cloister.sh; printf %s \"$ANTHROPIC_API_KEY\""));
