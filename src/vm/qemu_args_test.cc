@@ -170,6 +170,24 @@ TEST(QemuArgsTest, AccelSelectsMachine) {
   }
 }
 
+TEST(QemuArgsTest, PausedStartAndAHotplugRootPortOnlyWhenAsked) {
+  VmSpec s = Spec();
+  auto plain = BuildQemuArgv(s);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(Has(*plain, "-S"));
+  for (const auto& a : *plain) EXPECT_EQ(a.find("pcie-root-port"), std::string::npos) << a;
+  s.start_paused = true;
+  s.hotplug_root_port = "rp-profile";
+  auto paused = BuildQemuArgv(s);
+  ASSERT_TRUE(paused.ok()) << paused.error().ToString();
+  EXPECT_TRUE(Has(*paused, "-S"));
+  EXPECT_TRUE(Has(*paused, "pcie-root-port,id=rp-profile,chassis=1"));
+  for (const char* bad : {"rp,profile", "RP", "rp profile", "a-root-port-id-longer-than-32-chars"}) {
+    s.hotplug_root_port = bad;
+    EXPECT_FALSE(BuildQemuArgv(s).ok()) << bad;
+  }
+}
+
 TEST(QemuArgsTest, BalloonWithFreePageReportingGivesFreedGuestPagesBack) {
   VmSpec s = Spec();
   for (Accel accel : {Accel::kTcg, Accel::kKvm}) {
