@@ -25,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,27 @@ const char kPlaywright[] = "playwright-core@1.61.1";
 const std::string kReal =
     "sk-ant-api03-REALxKEYxBROWSERxREALxCHROMIUMx0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJK-_AA";
 const char kCookie[] = "first-visit-c00k1e-5e55";
+
+// Put in the browser VM at /usr/local/bin/chromium (CLOISTER_BROWSER_FILES; the agent's browser
+// role runs `chromium` from PATH, /usr/local/bin first): copies the VM's state where Chromium's
+// file: loader can read it (it reads /proc files as empty: they have no size), then execs
+// Debian's chromium with the agent's argv. The listening sockets and the processes' users are
+// copied once DevTools listens.
+const char kProbe[] = R"SH(#!/bin/sh
+out=/tmp/cloister-probe
+mkdir -p "$out"
+cat /proc/mounts > "$out/mounts.txt"
+(
+  i=0
+  while [ $i -lt 600 ] && ! grep -q ':2406 00000000:0000 0A' /proc/net/tcp; do sleep 0.5; i=$((i+1)); done
+  sleep 3
+  cat /proc/net/tcp > "$out/tcp.txt"; cat /proc/net/tcp6 > "$out/tcp6.txt"
+  for s in /proc/[0-9]*/status; do
+    awk '/^Name:/ {n = $2} /^Uid:/ {u = $2 "," $3 "," $4 "," $5} END {if (n ~ /^chrom/) print "USER " n " " u}' "$s"
+  done > "$out/users.txt"
+) </dev/null >/dev/null 2>&1 &
+exec /usr/bin/chromium "$@"
+)SH";
 
 // Run in the workspace guest as dev: node ~/pw.js MODE ARG -> one line "RESULT {json}".
 const char kDriver[] = R"JS(
@@ -87,14 +109,19 @@ const out = {};
     out.png_h = png.readUInt32BE(20);
     out.cookies = (await ctx.cookies('https://shop.example')).map(c => c.name + '=' + c.value);
     out.files = {};
-    for (const f of ['/proc/mounts', '/proc/net/tcp', '/proc/net/tcp6']) {
-      const r = await go('file://' + f, 60000);
+    for (const f of ['mounts.txt', 'tcp.txt', 'tcp6.txt', 'users.txt', 'chrome://sandbox']) {
+      const url = f.includes(':') ? f : 'file:///tmp/cloister-probe/' + f;
+      const r = await go(url, 60000);
       out.files[f] = r.error ? 'ERROR ' + r.error : await page.innerText('body');
     }
   } else if (mode === 'refused') {
     out.refused = {};
     for (const u of arg.split(' ')) out.refused[u] = await go(u, 60000);
-  } else if (mode === 'form') {
+  } else if (mode === 'second') {
+    out.nav = await go('https://shop.example/form');
+  } else if (mode === 'submit') {
+    // The detector pauses the workspace (this process too) when the placeholder leaves: no
+    // RESULT is expected once the form is sent.
     out.nav = await go('https://shop.example/form');
     await page.fill('input[name=key]', arg);
     try {
@@ -195,6 +222,12 @@ std::vector<std::string> DevToolsListeners(const std::string& table) {
 
 TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) {
   auto t_test = Clock::now();
+  auto phase = [&, last = Clock::now()](const char* what) mutable {
+    auto now = Clock::now();
+    std::cerr << "[ phase ] " << what << ": " << std::chrono::duration<double>(now - last).count()
+              << " s\n";
+    last = now;
+  };
   auto browser_image = image::testing::SharedBrowserTestImage();
   ASSERT_TRUE(browser_image.ok()) << browser_image.error().ToString();
   const std::string bimage = browser_image->dir + "/disk.raw";
@@ -236,17 +269,28 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
   const std::string addr = (*fake)->Address();
   HostListener host;
   ASSERT_GT(host.port(), 0);
+  // Where a metadata request would land if the egress let 169.254.169.254 through (the fails-when-
+  // broken check maps it here with a resolve override; normally nothing is mapped and it must be
+  // refused without a connection anywhere).
+  HostListener metadata;
+  ASSERT_GT(metadata.port(), 0);
+  json probe_files = json::array({{{"path", "/usr/local/bin/chromium"}, {"content", kProbe},
+                                   {"mode", 0755}, {"owner", "root"}}});
+  std::string files_path = root_ + "/browser-files.json";
+  std::ofstream(files_path) << probe_files.dump();
   env_ = {{"CLOISTER_PROXY_RESOLVE", "registry.npm.test:443=" + addr + ",shop.example:443=" +
                                          addr + ",evil.example:443=" + addr},
           {"CLOISTER_PROXY_UPSTREAM_CA", ca_file},
           {"CLOISTER_GUEST_NPM_REGISTRY", "https://registry.npm.test/"},
-          {"CLOISTER_VAULT_KEY_BACKEND", "file"}};
+          {"CLOISTER_VAULT_KEY_BACKEND", "file"},
+          {"CLOISTER_BROWSER_FILES", files_path}};
 
   auto created = Cloister({"create", "ws", "--image", image_dir() + "/disk.raw", "--memory", "512",
                            "--cpus", "1", "--home-size", "256M"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
   ASSERT_EQ(Cloister({"cred", "add", "ws", "anthropic"}, kReal + "\n").exit_code, 0);
   ASSERT_NO_FATAL_FAILURE(Start("ws"));
+  phase("workspace create and start");
 
   // playwright-core from the fake registry, through the workspace's proxy.
   int code = -1;
@@ -259,6 +303,7 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
       &code, "dev", {kPlaywright, kDriver});
   ASSERT_EQ(code, 0) << installed;
   ASSERT_NE(installed.find("PW 1.61.1"), std::string::npos) << installed;
+  phase("npm install playwright-core");
 
   // 1. The real Chromium, started; Playwright over CDP from the workspace.
   auto t0 = Clock::now();
@@ -273,6 +318,7 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
   std::string dir = b.value("dir", "");
   EXPECT_EQ(dir.rfind(root_ + "/tmp/browser-ws-", 0), 0u) << dir;
   json page = Drive("page");
+  phase("browser start + driver page");
   ASSERT_TRUE(page.is_object());
   EXPECT_NE(page.value("version", "").find("156."), std::string::npos) << page.dump();
   EXPECT_EQ(page.value("cookies_before", json::array()).size(), 0u) << page.dump();
@@ -294,14 +340,27 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
 
   // The browser VM's own state, read by Chromium itself (file: URLs).
   const json& files = page["files"];
-  std::string mounts = files.value("/proc/mounts", "");
+  std::string mounts = files.value("mounts.txt", "");
   EXPECT_NE(mounts.find("tmpfs /var/lib/cloister-browser tmpfs rw,nosuid,nodev,noexec"),
             std::string::npos)
       << mounts;
-  std::vector<std::string> v4 = DevToolsListeners(files.value("/proc/net/tcp", ""));
-  std::vector<std::string> v6 = DevToolsListeners(files.value("/proc/net/tcp6", ""));
+  std::vector<std::string> v4 = DevToolsListeners(files.value("tcp.txt", ""));
+  std::vector<std::string> v6 = DevToolsListeners(files.value("tcp6.txt", ""));
   EXPECT_EQ(v4, std::vector<std::string>{"0100007F:2406"}) << files.dump();  // 127.0.0.1:9222 only
   EXPECT_TRUE(v6.empty()) << files.dump();
+  // Every Chromium process runs as the user (real, effective, saved, filesystem uid), never root.
+  size_t chromium_processes = 0;
+  for (const std::string& line : Split(files.value("users.txt", ""), '\n')) {
+    if (!StartsWith(Trim(line), "USER ")) continue;
+    ++chromium_processes;
+    for (const std::string& uid : Split(Split(Trim(line), ' ').back(), ',')) {
+      EXPECT_NE(uid, "0") << line;
+    }
+  }
+  EXPECT_GE(chromium_processes, 2u) << files.dump();
+  // Chromium's own sandbox report: the namespace (user, PID, network) and seccomp-BPF layers.
+  std::string sandbox = files.value("chrome://sandbox", "");
+  EXPECT_NE(sandbox.find("You are adequately sandboxed."), std::string::npos) << sandbox;
 
   // Neither the host nor cloud metadata.
   const std::string host_url = "http://10.0.2.2:" + std::to_string(host.port()) + "/";
@@ -313,6 +372,8 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
     EXPECT_NE(item.value().value("status", 0), 200) << item.key() << ": " << item.value().dump();
   }
   EXPECT_EQ(host.Pending(), 0) << "the browser VM reached a host loopback listener";
+  EXPECT_EQ(metadata.Pending(), 0) << "the browser VM reached the metadata stand-in";
+  phase("driver refused");
   for (const json& r : BrowserTrace()) {
     std::string h = r.value("host", "");
     if (h == "169.254.169.254" || h == "10.0.2.2") {
@@ -330,18 +391,21 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
   ASSERT_EQ(again.exit_code, 0) << again.err;
   std::string dir2 = json::parse(again.out, nullptr, false)["browser"].value("dir", "");
   EXPECT_NE(dir2, dir);
+  phase("browser stop + second start");
 
   // 3. A placeholder typed into a form and submitted to a foreign host trips the detector.
   std::string placeholder =
       Trim(Exec("ws", ". /etc/profile.d/cloister.sh; printf %s \"$ANTHROPIC_API_KEY\""));
   ASSERT_FALSE(placeholder.empty());
   ASSERT_EQ(placeholder.find(kReal), std::string::npos);
-  json form = Drive("form", placeholder);
-  ASSERT_TRUE(form.is_object());
-  EXPECT_EQ(form.value("cookies_before", json::array()).size(), 0u)
-      << "a cookie outlived the first browser VM: " << form.dump();
-  EXPECT_EQ(form["nav"].value("status", 0), 200) << form.dump();
-  EXPECT_EQ(form.dump().find("form received"), std::string::npos) << form.dump();
+  json second = Drive("second");
+  ASSERT_TRUE(second.is_object());
+  EXPECT_EQ(second.value("cookies_before", json::array()).size(), 0u)
+      << "a cookie outlived the first browser VM: " << second.dump();
+  EXPECT_EQ(second["nav"].value("status", 0), 200) << second.dump();
+  json submit = Drive("submit", placeholder);
+  phase("driver second + submit");
+  EXPECT_EQ(submit.dump().find("form received"), std::string::npos) << submit.dump();
   EXPECT_TRUE(testing::WaitFor([&] {
     auto d = Cloister({"describe", "ws", "--json"});
     json j = json::parse(d.out, nullptr, false);
