@@ -1,4 +1,5 @@
-// `cloister browser NAME start|stop|status [--json]` (issue #18; docs/design.md "Browser VM"):
+// `cloister browser NAME start|stop|status|forget [--keep-profile] [--json]` (issue #18;
+// docs/design.md "Browser VM"):
 // the workspace's browser VM, through its supervisor's control socket (op "browser",
 // supervisor/browser_vm.h). `start` resolves --image here (the catalog's checks, like `create
 // --image`) and needs a running workspace; `stop` and `status` work in any state (a stopped
@@ -30,6 +31,7 @@ void PrintBrowser(Cli& cli, const std::string& name, const json& b) {
   if (state == "running") {
     cli.out() << " (QEMU pid " << b.value("qemu_pid", 0) << ", " << b.value("memory_mib", 0)
               << " MiB, " << b.value("cpus", 0) << " CPU" << (b.value("cpus", 0) == 1 ? "" : "s")
+              << ", " << (b.value("keep_profile", false) ? "kept profile" : "profile on tmpfs")
               << ", " << b.value("cdp_connections", 0) << " CDP connections so far); CDP in the "
               << "workspace at http://127.0.0.1:" << protocol::kBrowserCdpPort;
   }
@@ -86,6 +88,7 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
     int cpus = vm::kBrowserDefaultCpus;
     bool json = false;
     bool yes = false;
+    bool keep_profile = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name")->required();
@@ -100,6 +103,11 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("--memory", o->memory, "start: the browser VM's memory in MiB (256..65536)")
       ->capture_default_str();
   cmd->add_option("--cpus", o->cpus, "start: the browser VM's CPUs (1..16)")->capture_default_str();
+  cmd->add_flag("--keep-profile", o->keep_profile,
+                "start: keep Chromium's profile (cookies, logins) on the workspace's encrypted disk "
+                "(<workspace>/browser-profile.qcow2, LUKS, its key in the workspace's vault; made at "
+                "the first use) instead of a tmpfs; `wipe`, `wipe-home`, `rm` and `browser NAME "
+                "forget` delete it");
   cmd->add_flag("--json", o->json, "Print the browser VM's state as JSON");
   cmd->add_flag("-f,--yes", o->yes, "forget: do not ask for confirmation");
   cmd->callback([&cli, o] {
@@ -124,13 +132,18 @@ void AddBrowserCommand(CLI::App& app, Cli& cli) {
                        o->image.empty() ? "build it: `cloister image build --browser`"
                                         : e.hint());
         }
-        vm::BrowserStartOptions so{image->path, o->memory, o->cpus};
+        vm::BrowserStartOptions so{image->path, o->memory, o->cpus, o->keep_profile};
         RETURN_IF_ERROR(vm::ValidateBrowserStartOptions(so));
         request["image"] = so.image_path;
         request["memory_mib"] = so.memory_mib;
         request["cpus"] = so.cpus;
+        request["keep_profile"] = so.keep_profile;
         cli.err() << "cloister: " << o->name << ": starting its browser VM ("
-                  << image->name << ", " << so.memory_mib << " MiB, " << so.cpus << " CPU)\n";
+                  << image->name << ", " << so.memory_mib << " MiB, " << so.cpus << " CPU"
+                  << (so.keep_profile ? ", kept profile" : "") << ")\n";
+      } else if (o->keep_profile) {
+        return Error(ErrorCode::kInvalidArgument, "--keep-profile is an option of `browser start`",
+                     "`cloister browser " + o->name + " start --keep-profile`");
       } else if (!lifecycle::IsLive(status.state)) {
         // No supervisor: no browser VM (its directory, if a crash left one, is gone above).
         json b = {{"state", "stopped"}};

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/lifecycle_check.h"
 #include "cli/store_verbs.h"
+#include "supervisor/browser_vm.h"
 #include "supervisor/launcher.h"
 #include "supervisor/ports.h"
 
@@ -38,6 +39,7 @@ nlohmann::json SettingsJson(const WorkspaceConfig& c, lifecycle::State state) {
     doc["publish"] = publish;
     doc["auto_ports"] = ports->auto_ports;
   }
+  if (auto b = vm::BrowserSettingsFromConfig(c); b.ok()) doc["browser_autostart"] = vm::AutostartValue(*b);
   return doc;
 }
 
@@ -45,9 +47,10 @@ nlohmann::json SettingsJson(const WorkspaceConfig& c, lifecycle::State state) {
 
 void AddConfigCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand(
-      "config", "Show a workspace's settings, or change the coding agent it runs (--tool)");
+      "config", "Show a workspace's settings, or change the coding agent it runs (--tool), "
+                "--auto-ports or --browser-autostart");
   struct Opts {
-    std::string name, tool, auto_ports;
+    std::string name, tool, auto_ports, browser_autostart;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -60,6 +63,13 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
                   "on: forward every TCP port the guest listens on from 127.0.0.1 (`cloister port "
                   "NAME ls`); off: only the -p ports. Applies at the next start")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--browser-autostart", o->browser_autostart,
+                  "on: the first CDP connection from the guest (http://127.0.0.1:9222) while no "
+                  "browser VM runs starts one (the 'browser' image, default memory and CPUs; a "
+                  "failed start is retried only after a back-off); keep-profile: the same with the "
+                  "kept profile (`browser start --keep-profile`); off: `cloister browser NAME start` "
+                  "only. Applies at once, also while the VM runs")
+      ->check(CLI::IsMember({"on", "off", "keep-profile"}));
   cmd->add_flag("--json", o->json, "Print the settings as JSON");
   cmd->callback([&cli, o] {
     auto opened = Store::Open(cli.StoreRoot());
@@ -68,7 +78,7 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
     auto config = store.LoadConfig(o->name);
     if (!config.ok()) return (void)cli.Fail(config.error());
     bool running = false;
-    if (!o->tool.empty() || !o->auto_ports.empty()) {
+    if (!o->tool.empty() || !o->auto_ports.empty() || !o->browser_autostart.empty()) {
       const AgentTool* new_tool = nullptr;
       if (!o->tool.empty()) {
         auto tool = ParseAgentTool(o->tool);
@@ -89,6 +99,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
       Status st = store.UpdateConfig(o->name, [&](WorkspaceConfig& c) -> Status {
         previous = c.tool;
         if (new_tool) c.tool = std::string(new_tool->name);
+        if (!o->browser_autostart.empty()) {
+          ASSIGN_OR_RETURN(vm::BrowserSettings b, vm::ParseAutostartValue(o->browser_autostart));
+          RETURN_IF_ERROR(vm::PutBrowserSettings(c, b));
+        }
         if (o->auto_ports.empty()) return OkStatus();
         ASSIGN_OR_RETURN(vm::PortsConfig ports, vm::PortsConfigFromConfig(c));
         ports.auto_ports = o->auto_ports == "on";
@@ -110,6 +124,10 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
       if (!o->auto_ports.empty()) {
         cli.err() << "cloister: " << o->name << ": auto-ports " << o->auto_ports
                   << (running ? "; the VM is running: this applies at its next start" : "") << "\n";
+      }
+      if (!o->browser_autostart.empty()) {
+        cli.err() << "cloister: " << o->name << ": browser autostart " << o->browser_autostart
+                  << (running ? " (the running VM's next CDP connection sees it)" : "") << "\n";
       }
     }
     // The one derived status, as `ls` shows it (supervisor/state.h).
@@ -135,6 +153,11 @@ void AddConfigCommand(CLI::App& app, Cli& cli) {
     if (auto ports = vm::PortsConfigFromConfig(c); ports.ok()) {
       for (const vm::PortSpec& s : ports->publish) cli.out() << "port:    " << s.ToString() << "\n";
       if (ports->auto_ports) cli.out() << "ports:   auto (the guest's listening ports too)\n";
+    }
+    if (auto b = vm::BrowserSettingsFromConfig(c); b.ok()) {
+      cli.out() << "browser: autostart " << vm::AutostartValue(*b) << "\n";
+    } else {
+      cli.out() << "browser: " << b.error().message() << "\n";
     }
   });
 }

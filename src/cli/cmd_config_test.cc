@@ -47,6 +47,27 @@ class ConfigCliTest : public ::testing::Test {
   std::string root_;
 };
 
+TEST_F(ConfigCliTest, BrowserAutostartIsStoredShownAndChecked) {
+  ASSERT_EQ(Create("a").code, 0);
+  Outcome shown = Run({"config", "a", "--json"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(shown.json()["browser_autostart"], "off") << shown.out;
+  for (const char* value : {"on", "keep-profile", "off"}) {
+    Outcome set = Run({"config", "a", "--browser-autostart", value});
+    ASSERT_EQ(set.code, 0) << value << ": " << set.err;
+    EXPECT_NE(set.out.find(std::string("browser: autostart ") + value), std::string::npos) << set.out;
+    auto store = Store::Open(root_);
+    auto c = (*store)->LoadConfig("a");
+    ASSERT_TRUE(c.ok());
+    const auto& b = c->extra["browser"];
+    EXPECT_EQ(b["autostart"], std::string(value) != "off") << value;
+    EXPECT_EQ(b["keep_profile"], std::string(value) == "keep-profile") << value;
+  }
+  Outcome bad = Run({"config", "a", "--browser-autostart", "yes"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("keep-profile"), std::string::npos) << bad.err;
+}
+
 TEST_F(ConfigCliTest, CreateStoresTheToolAndRefusesAnUnknownOne) {
   Outcome made = Create("a", {"--tool", "claude"});
   ASSERT_EQ(made.code, 0) << made.err;

@@ -82,8 +82,9 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     if (auto b = vs.info.find("browser"); b != vs.info.end() && b->is_object() &&
                                           vm::JsonString(*b, "state") == "running") {
       out << "Browser:     running (QEMU pid " << b->value("qemu_pid", 0) << ", "
-          << b->value("memory_mib", 0) << " MiB, " << b->value("cpus", 0)
-          << " CPU; CDP at http://127.0.0.1:9222 in the workspace)\n";
+          << b->value("memory_mib", 0) << " MiB, " << b->value("cpus", 0) << " CPU, "
+          << (b->value("keep_profile", false) ? "kept profile" : "profile on tmpfs")
+          << "; CDP at http://127.0.0.1:9222 in the workspace)\n";
     } else {
       out << "Browser:     " << (b != vs.info.end() && b->is_object() && !vm::JsonString(*b, "state").empty()
                                     ? vm::JsonString(*b, "state") : std::string("stopped"))

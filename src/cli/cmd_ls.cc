@@ -129,6 +129,10 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
         if (!s.problem.empty()) j["problem"] = s.problem;
         if (!vs.hint.empty()) j["hint"] = vs.hint;
         j["browser"] = BrowserState(vs);
+        if (auto b = vs.info.find("browser"); b != vs.info.end() && b->is_object() &&
+                                              b->contains("keep_profile")) {
+          j["browser_keep_profile"] = b->value("keep_profile", false);
+        }
         if (s.config) {
           j["compromised"] = s.config->compromised;
           j["mac"] = s.config->mac;
@@ -153,7 +157,13 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
       else if (s.config && s.config->system_top.empty() && note.empty()) {
         note = "system disk re-cloned at next start";
       }
-      if (BrowserState(vs) != "stopped") note += std::string(note.empty() ? "" : "; ") + "browser " + BrowserState(vs);
+      if (BrowserState(vs) != "stopped") {
+        note += std::string(note.empty() ? "" : "; ") + "browser " + BrowserState(vs);
+        if (auto b = vs.info.find("browser"); b != vs.info.end() && b->is_object() &&
+                                              b->value("keep_profile", false)) {
+          note += " (kept profile)";
+        }
+      }
       std::snprintf(line, sizeof(line), "%-24s %-10s %-10s %-11zu %-17s ", s.name.c_str(),
                     vm::VmStateName(vs.state), FormatSize(s.total_allocated).c_str(),
                     s.config ? s.config->checkpoints.size() : 0,

@@ -2,6 +2,7 @@
 // by `cloister start`. See vm/supervisor.h.
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/image_resolver.h"
 #include "supervisor/supervisor.h"
 
 namespace cloister::cli {
@@ -30,6 +31,11 @@ void AddSuperviseCommand(CLI::App& app, Cli& cli) {
     so.progress_fd = o->progress_fd;
     so.ready_timeout = std::chrono::seconds(o->ready_timeout);
     so.sandbox = !o->no_sandbox;
+    std::string root = cli.StoreRoot();
+    so.resolve_image = [root](const std::string& spec) -> Result<std::string> {
+      ASSIGN_OR_RETURN(ImageIdentity image, ResolveImageSpec(Env::Default(), root, spec));
+      return image.path;
+    };
     cli.exit_code = vm::RunSupervisor(so);
   });
 }

@@ -115,6 +115,38 @@ MountSpec ProfileMount(const BrowserConfig& c, const UserInfo& user, const std::
   return m;
 }
 
+Result<std::string> ResolveProfileDevice(const std::string& device, const std::string& sys_block,
+                                         const std::string& dev_dir) {
+  if (device.rfind("/dev/", 0) == 0) return device;
+  if (device.rfind(kProfileSerialPrefix, 0) != 0) {
+    return Error(ErrorCode::kInvalidArgument, "profile device '" + device + "' is neither /dev/NAME nor serial:S");
+  }
+  const std::string want = device.substr(std::string(kProfileSerialPrefix).size());
+  std::error_code ec;
+  std::string found;
+  for (const auto& e : std::filesystem::directory_iterator(sys_block, ec)) {
+    std::string name = e.path().filename().string();
+    std::ifstream f(e.path() / "serial");
+    if (!f) continue;
+    char buf[64] = {};
+    f.read(buf, sizeof buf - 1);  // bounded: a serial is at most 20 bytes
+    std::string serial(buf, static_cast<size_t>(f.gcount()));
+    while (!serial.empty() && (serial.back() == '\n' || serial.back() == ' ' || serial.back() == '\0')) {
+      serial.pop_back();
+    }
+    if (serial != want) continue;
+    if (!found.empty()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "two disks have the serial " + want + " (" + found + ", " + name + ")");
+    }
+    found = name;
+  }
+  if (found.empty()) {
+    return Error(ErrorCode::kNotFound, "no disk with the serial " + want + " in " + sys_block);
+  }
+  return dev_dir + "/" + found;
+}
+
 BrowserPaths BrowserPathsFor(const std::string& mount_point, const std::string& log) {
   return {mount_point + "/home", mount_point + "/chromium", log};
 }
@@ -192,6 +224,23 @@ Status BrowserSupervisor::PrepareProfile() {
     o_.log("browser: profile already mounted at " + o_.mount_point);
   } else {
     MountSpec m = ProfileMount(o_.config, o_.user, o_.mount_point);
+    if (!o_.config.profile_device.empty()) {
+      // The host hot-added the disk before the boot; its vdX name follows PCI order, so it is
+      // found by serial (bounded wait: the kernel may still be probing it).
+      Result<std::string> dev = ResolveProfileDevice(o_.config.profile_device, o_.sys_block, o_.dev_dir);
+      auto deadline = Clock::now() + o_.device_wait;
+      while (!dev.ok() && dev.error().code() == ErrorCode::kNotFound && Clock::now() < deadline) {
+        pollfd none{-1, 0, 0};
+        poll(&none, 0, 200);  // no event tells when the disk appears
+        dev = ResolveProfileDevice(o_.config.profile_device, o_.sys_block, o_.dev_dir);
+      }
+      if (!dev.ok()) {
+        return Error(ErrorCode::kUnavailable,
+                     "cannot find the browser profile disk: " + dev.error().message(),
+                     "the host attaches it at `cloister browser NAME start --keep-profile`");
+      }
+      m.source = *dev;
+    }
     if (int e = o_.mount(m); e != 0) {
       return Error(ErrorCode::kUnavailable,
                    "cannot mount the browser profile (" + m.source + ", " + m.fstype + ") at " +

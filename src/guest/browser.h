@@ -41,6 +41,15 @@ struct MountSpec {
 MountSpec ProfileMount(const BrowserConfig& config, const UserInfo& user,
                        const std::string& mount_point = kBrowserProfileMount);
 
+// The block device of a profile_device: a "/dev/NAME" as is; "serial:S" is looked up as the
+// `NAME` whose `<sys_block>/NAME/serial` holds exactly S (trailing whitespace aside), giving
+// "<dev_dir>/NAME"; kNotFound when no disk has it (kInvalidArgument when two do, or for anything
+// else: fail closed).
+// SECURITY: the serial files are the kernel's view of the host's virtio devices; read bounded.
+Result<std::string> ResolveProfileDevice(const std::string& profile_device,
+                                         const std::string& sys_block = "/sys/block",
+                                         const std::string& dev_dir = "/dev");
+
 // The directories below the profile mount.
 struct BrowserPaths {
   std::string home;       // MOUNT/home: HOME of Chromium (its NSS db is HOME/.pki/nssdb)
@@ -76,6 +85,11 @@ struct BrowserOptions {
   std::string log_file = kBrowserLog;  // truncated at every start of Chromium
   // mount(2), injected by tests (returns 0 or an errno); default: the real one.
   std::function<int(const MountSpec&)> mount;
+  // Where a profile disk named by serial is looked up (ResolveProfileDevice), and how long it may
+  // take to appear.
+  std::string sys_block = "/sys/block";
+  std::string dev_dir = "/dev";
+  std::chrono::milliseconds device_wait{20000};
   int max_restarts = 5;  // restarts after a death before giving up (a long run resets the count)
   std::function<void(const std::string&)> log;
 };

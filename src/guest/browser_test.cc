@@ -70,6 +70,54 @@ TEST(BrowserConfigTest, RejectsBadPortsAndDevices) {
   }
 }
 
+TEST(BrowserConfigTest, AcceptsAProfileDiskSerial) {
+  auto c = ParseAgentConfig(R"({"browser":{"profile_device":"serial:cloister-profile"}})");
+  ASSERT_TRUE(c.ok()) << c.error().ToString();
+  EXPECT_EQ(c->browser.profile_device, "serial:cloister-profile");
+  for (const char* bad : {R"({"browser":{"profile_device":"serial:"}})",
+                          R"({"browser":{"profile_device":"serial:../../etc"}})",
+                          R"({"browser":{"profile_device":"serial:Cloister"}})",
+                          R"({"browser":{"profile_device":"serial:a-serial-longer-than-20"}})",
+                          R"({"browser":{"profile_device":"cloister-profile"}})"}) {
+    EXPECT_FALSE(ParseAgentConfig(bad).ok()) << bad;
+  }
+}
+
+class ProfileDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char t[] = "/tmp/cloister-sysblock-XXXXXX";
+    ASSERT_NE(mkdtemp(t), nullptr);
+    dir_ = t;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Disk(const std::string& name, const std::string& serial) {
+    fs::create_directories(dir_ + "/" + name);
+    if (!serial.empty()) std::ofstream(dir_ + "/" + name + "/serial") << serial;
+  }
+  std::string dir_;
+};
+
+TEST_F(ProfileDeviceTest, ASerialResolvesToExactlyOneDisk) {
+  Disk("vda", "");
+  Disk("vdb", "cloister-plain\n");
+  Disk("vdc", "");
+  EXPECT_EQ(ResolveProfileDevice("serial:cloister-profile", dir_).error().code(),
+            ErrorCode::kNotFound);
+  Disk("vdd", "cloister-profile\n");
+  auto got = ResolveProfileDevice("serial:cloister-profile", dir_, "/dev");
+  ASSERT_TRUE(got.ok()) << got.error().ToString();
+  EXPECT_EQ(*got, "/dev/vdd");
+  EXPECT_EQ(*ResolveProfileDevice("/dev/vdb", dir_), "/dev/vdb");
+  // A prefix of a serial is not the serial; and two disks with it are refused (fail closed).
+  EXPECT_FALSE(ResolveProfileDevice("serial:cloister", dir_).ok());
+  Disk("vde", "cloister-profile");
+  auto twice = ResolveProfileDevice("serial:cloister-profile", dir_);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(ResolveProfileDevice("vdd", dir_).ok());
+}
+
 TEST(BrowserArgvTest, DevToolsOnLoopbackOnlyWithTheProfileAndTheSandboxOn) {
   BrowserConfig c;
   c.enabled = true;
@@ -226,6 +274,32 @@ TEST_F(FakeChromium, RefusesToStartChromiumWhenTheProfileCannotBeMounted) {
   EXPECT_FALSE(b.WaitUntilAccepting(std::chrono::milliseconds(300)).ok());
   EXPECT_FALSE(fs::exists(dir_ + "/ran"));
   EXPECT_FALSE(fs::exists(dir_ + "/profile/chromium"));
+}
+
+TEST_F(FakeChromium, MountsTheProfileDiskFoundBySerialAndRefusesWithoutIt) {
+  WriteFake("touch \"" + dir_ + "/ran\"\nsleep 600\n");
+  auto o = Options(FreePort());
+  o.config.profile_device = "serial:cloister-profile";
+  o.sys_block = dir_ + "/sys";
+  o.dev_dir = "/dev";
+  o.device_wait = std::chrono::milliseconds(0);
+  fs::create_directories(dir_ + "/sys/vdb");
+  {
+    BrowserSupervisor absent(o);
+    Status st = absent.Start();
+    ASSERT_FALSE(st.ok());  // SECURITY: no disk, no Chromium (never a tmpfs instead)
+    EXPECT_NE(st.error().message().find("cloister-profile"), std::string::npos);
+    EXPECT_TRUE(mounts_.empty());
+    EXPECT_FALSE(fs::exists(dir_ + "/ran"));
+  }
+  fs::create_directories(dir_ + "/sys/vdd");
+  std::ofstream(dir_ + "/sys/vdd/serial") << "cloister-profile\n";
+  BrowserSupervisor b(o);
+  ASSERT_TRUE(b.Start().ok());
+  ASSERT_EQ(mounts_.size(), 1u);
+  EXPECT_EQ(mounts_[0].source, "/dev/vdd");
+  EXPECT_EQ(mounts_[0].fstype, "ext4");
+  EXPECT_EQ(mounts_[0].flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC), MS_NOSUID | MS_NODEV | MS_NOEXEC);
 }
 
 TEST_F(FakeChromium, RestartsADeadChromiumAndGivesUpAfterTheBudget) {

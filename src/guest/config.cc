@@ -32,6 +32,17 @@ bool ValidDevicePath(const std::string& p) {
   return true;
 }
 
+// "serial:" and a virtio-blk serial (at most 20 bytes in virtio): [a-z0-9-], 1..20.
+bool ValidDiskSerial(const std::string& p) {
+  if (p.rfind(kProfileSerialPrefix, 0) != 0) return false;
+  std::string s = p.substr(std::string(kProfileSerialPrefix).size());
+  if (s.empty() || s.size() > 20) return false;
+  for (char ch : s) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<AgentConfig> ParseAgentConfig(const std::string& text) {
@@ -142,7 +153,8 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
   }
   if (j.contains("browser") && !j["browser"].is_null()) {
     // SECURITY: the port becomes one argv element of Chromium's command line and the device a
-    // mount source: both are checked to be exactly a port and a /dev/NAME path.
+    // mount source: both are checked to be exactly a port and a /dev/NAME path or a disk serial
+    // (which the agent resolves through /sys/block/*/serial, guest/browser.h).
     const auto& b = j["browser"];
     if (!b.is_object()) return Bad("browser must be an object");
     c.browser.enabled = true;
@@ -156,8 +168,9 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
     if (b.contains("profile_device") && !b["profile_device"].is_null()) {
       if (!b["profile_device"].is_string()) return Bad("browser.profile_device must be a string");
       c.browser.profile_device = b["profile_device"].get<std::string>();
-      if (!c.browser.profile_device.empty() && !ValidDevicePath(c.browser.profile_device)) {
-        return Bad("browser.profile_device must be \"\" or a /dev/NAME block device");
+      if (!c.browser.profile_device.empty() && !ValidDevicePath(c.browser.profile_device) &&
+          !ValidDiskSerial(c.browser.profile_device)) {
+        return Bad("browser.profile_device must be \"\", a /dev/NAME block device or serial:SERIAL");
       }
     }
   }

@@ -39,11 +39,15 @@ struct TransparentConfig {
 };
 
 // The browser role (issue #18; guest/browser.h): present only in a browser VM's config.json.
+inline constexpr char kProfileSerialPrefix[] = "serial:";
 struct BrowserConfig {
   bool enabled = false;  // the "browser" key is present
   int cdp_port = protocol::kBrowserCdpPort;  // Chromium's DevTools port, on 127.0.0.1 only
   // "" = the profile lives on a tmpfs; else the block device of the ext4 profile filesystem the
-  // host made (a LUKS-encrypted qcow2 QEMU decrypts), mounted at kBrowserProfileMount.
+  // host made (a LUKS-encrypted qcow2 QEMU decrypts), mounted at kBrowserProfileMount: a
+  // /dev/NAME path, or "serial:" and the disk's virtio serial ([a-z0-9-]{1,20}; the host sends
+  // "serial:cloister-profile"), which the agent finds under /sys/block/*/serial (the hot-added
+  // disk's vdX name is not fixed).
   std::string profile_device;
 };
 

@@ -13,11 +13,15 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <random>
 #include <sstream>
 
 #include "base/subprocess.h"
+#include "browser/profile_disk.h"
+#include "channel/exec_client.h"
 #include "protocol/contract.h"
+#include "store/config_section.h"
 #include "supervisor/boot_plan.h"
 #include "supervisor/control.h"
 #include "supervisor/qemu_launch.h"
@@ -107,6 +111,82 @@ Status ValidateBrowserStartOptions(const BrowserStartOptions& o) {
                  "--cpus 1..16 (default " + std::to_string(kBrowserDefaultCpus) + ")");
   }
   return OkStatus();
+}
+
+namespace {
+
+json BrowserSettingsToJson(const BrowserSettings& b) {
+  return {{"autostart", b.autostart}, {"keep_profile", b.keep_profile}};
+}
+
+Status ValidateBrowserSettings(const BrowserSettings&) { return OkStatus(); }
+
+Result<BrowserSettings> BrowserSettingsFromJson(const json& doc) {
+  auto bad = [](const std::string& why) {
+    return Error(ErrorCode::kCorrupt, "config.json: \"browser\" " + why,
+                 "fix or remove the \"browser\" key of the workspace's config.json, or "
+                 "`cloister config NAME --browser-autostart off`");
+  };
+  if (!doc.is_object()) return bad("is not an object");
+  BrowserSettings b;
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "autostart" && key != "keep_profile") return bad("has an unknown key '" + key + "'");
+    if (!value.is_boolean()) return bad(key + " is not a boolean");
+  }
+  b.autostart = doc.value("autostart", false);
+  b.keep_profile = doc.value("keep_profile", false);
+  return b;
+}
+
+const ConfigSection<BrowserSettings>& BrowserSection() {
+  static const ConfigSection<BrowserSettings> section{kBrowserConfigKey, BrowserSettingsFromJson,
+                                                      BrowserSettingsToJson, ValidateBrowserSettings};
+  return section;
+}
+
+}  // namespace
+
+Result<BrowserSettings> BrowserSettingsFromConfig(const WorkspaceConfig& config) {
+  return LoadConfigSection(BrowserSection(), config);
+}
+
+Status PutBrowserSettings(WorkspaceConfig& config, const BrowserSettings& settings) {
+  return PutConfigSection(BrowserSection(), config, settings);
+}
+
+Result<BrowserSettings> ParseAutostartValue(const std::string& value) {
+  if (value == "off") return BrowserSettings{false, false};
+  if (value == "on") return BrowserSettings{true, false};
+  if (value == "keep-profile") return BrowserSettings{true, true};
+  return Error(ErrorCode::kInvalidArgument, "browser autostart '" + value + "' is not a choice",
+               "--browser-autostart off, on (a fresh profile each time) or keep-profile");
+}
+
+std::string AutostartValue(const BrowserSettings& b) {
+  if (!b.autostart) return "off";
+  return b.keep_profile ? "keep-profile" : "on";
+}
+
+AutostartGate::Decision AutostartGate::OnConnection(Clock::time_point now) {
+  // SECURITY: one start at a time; none during the back-off after a failure.
+  if (in_flight_) return Decision::kWait;
+  if (failures_ > 0 && now < retry_at_) return Decision::kRefuse;
+  in_flight_ = true;
+  return Decision::kStart;
+}
+
+void AutostartGate::Finish(bool ok, Clock::time_point now) {
+  in_flight_ = false;
+  if (ok) {
+    failures_ = 0;
+    retry_at_ = {};
+    return;
+  }
+  ++failures_;
+  auto delay = kAutostartFirstBackoff;
+  for (int i = 1; i < failures_ && delay < kAutostartMaxBackoff; ++i) delay *= 2;
+  if (delay > kAutostartMaxBackoff) delay = kAutostartMaxBackoff;
+  retry_at_ = now + delay;
 }
 
 Status BrowserStartCheck(lifecycle::State state, const std::string& workspace,
@@ -253,10 +333,15 @@ Result<json> BrowserVm::Start(const BrowserStartOptions& options, std::shared_pt
     starting_ = true;
   }
   Status st = StartLocked(options, std::move(egress), run);
-  std::lock_guard<std::mutex> l(mu_);
-  starting_ = false;
+  json status;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    starting_ = false;
+    if (st.ok()) status = StatusJsonLocked(run);
+  }
+  DrainPending();  // streams that waited for this start (joined now, or closed if it failed)
   if (!st.ok()) return st.error();
-  return StatusJsonLocked(run);
+  return status;
 }
 
 Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_ptr<Egress> egress,
@@ -336,6 +421,25 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   plan.fds.push_back({Slot::kConsoleLog, How::kFdSet, console, O_WRONLY | O_APPEND});
   plan.truncate_console_log = true;
 
+  // The kept profile (browser/profile_disk.h). The supervisor holds the workspace lock for its
+  // whole life, which EnsureProfileDisk's contract asks for. SECURITY: fail closed: a disk that
+  // cannot be made or checked fails the start (no silent tmpfs instead).
+  std::optional<browser::ProfileDisk> profile;
+  if (options.keep_profile) {
+    if (opts_.keys_dir.empty() || opts_.workspace_dir.empty()) {
+      return fail(Error(ErrorCode::kFailedPrecondition,
+                        "--keep-profile: this supervisor does not know the workspace's vault"));
+    }
+    auto ensured = browser::EnsureProfileDisk(
+        browser::ProfileLocation{opts_.keys_dir, opts_.workspace_dir, opts_.workspace});
+    if (!ensured.ok()) return fail(ensured.error().WithContext("--keep-profile"));
+    profile.emplace(std::move(*ensured));
+    // The guest agent finds the disk by its serial (the hot-added disk's vdX name is not fixed).
+    plan.meta.browser->profile_device = std::string("serial:") + browser::kProfileSerial;
+    spec.start_paused = true;  // attached before the guest's first instruction
+    spec.hotplug_root_port = kProfileRootPort;
+  }
+
   QemuLaunchOptions launch;
   launch.output_path = opts_.output_path;
   launch.log = [this](const std::string& l) { Log(l); };
@@ -375,6 +479,19 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   auto qmp = QmpClient::Connect(spec.qmp_socket, std::chrono::seconds(30));
   if (!qmp.ok()) return fail(qmp.error().WithContext("browser VM QMP"));
   run->qmp = std::move(*qmp);
+  if (profile) {
+    // SECURITY: the key goes to QEMU as a QMP `secret` object on this socket only (AttachProfile);
+    // a failure stops the start here (the paused QEMU is killed by fail()).
+    browser::AttachOptions ao;
+    ao.bus = kProfileRootPort;
+    if (Status at = browser::AttachProfile(*run->qmp, *profile, ao); !at.ok()) {
+      return fail(at.error().WithContext("--keep-profile: attaching the profile disk"));
+    }
+    profile.reset();  // wipes the host's copy of the key
+    auto cont = run->qmp->Execute("cont");
+    if (!cont.ok()) return fail(cont.error().WithContext("browser VM: QMP cont"));
+    Log("profile disk attached (kept profile); QEMU continued");
+  }
   auto chan = ConnectUnix(spec.channel_socket);
   if (!chan.ok()) return fail(chan.error().WithContext("browser VM channel"));
   channel::MuxOptions mo;
@@ -427,12 +544,54 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   return OkStatus();
 }
 
+namespace {
+
+// A kept profile lives in the guest's page cache until written back: before its QEMU is killed,
+// the browser VM's agent ends Chromium with SIGTERM (it writes its cookies and sessions out as it
+// exits) and syncs. Bounded: a guest that does not answer is killed anyway (the profile then loses
+// what it had not written, never more).
+void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
+                      const std::function<void(const std::string&)>& log) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([mux, done, log] {
+    auto fd = mux->Open(protocol::kExecService, {}, std::chrono::seconds(10));
+    if (fd.ok()) {
+      int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+      channel::ExecRequest req;
+      req.argv = {"/bin/sh", "-c",
+                  "pkill -TERM -x chromium 2>/dev/null; i=0; while [ $i -lt 40 ] && "
+                  "pgrep -x chromium >/dev/null 2>&1; do sleep 0.25; i=$((i+1)); done; sync"};
+      req.user = "root";
+      channel::ExecIo io;
+      io.in = -1;
+      io.out = null_fd;
+      io.err = null_fd;
+      auto r = channel::RunExec(*fd, req, io);
+      if (!r.ok()) log("flushing the kept profile: " + r.error().message());
+      close(*fd);
+      if (null_fd >= 0) close(null_fd);
+    } else {
+      log("flushing the kept profile: " + fd.error().message());
+    }
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    log("flushing the kept profile: no answer in 30 s; killing the VM");
+  }
+}
+
+}  // namespace
+
 void BrowserVm::Teardown(const std::shared_ptr<Running>& run) {
+  bool flush = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (run->torn_down) return;
     run->torn_down = true;
+    flush = run->options.keep_profile && run->ready && !run->exited && run->mux;
   }
+  if (flush) FlushKeptProfile(run->mux, [this](const std::string& m) { Log(m); });
   if (run->mux) run->mux->Stop();
   run->qmp.reset();
   pid_t pid;
@@ -473,13 +632,22 @@ void BrowserVm::Shutdown() {
     quit_ = true;
   }
   cv_.notify_all();
+  std::thread autostart;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    autostart = std::move(autostart_thread_);
+  }
+  if (autostart.joinable()) autostart.join();  // its Start sees quit_ and returns
   (void)Stop();
+  DrainPending();
   if (owner_.joinable()) owner_.join();
 }
 
 json BrowserVm::StatusJsonLocked(const std::shared_ptr<Running>& run) {
   if (!run) {
-    return {{"state", starting_ ? "starting" : "stopped"}, {"cdp_connections", cdp_connections_}};
+    return {{"state", starting_ ? "starting" : "stopped"},
+            {"cdp_connections", cdp_connections_},
+            {"autostarts", autostarts_}};
   }
   return {{"state", "running"},
           {"qemu_pid", run->qemu_pid},
@@ -487,8 +655,11 @@ json BrowserVm::StatusJsonLocked(const std::shared_ptr<Running>& run) {
           {"image", run->options.image_path},
           {"memory_mib", run->options.memory_mib},
           {"cpus", run->options.cpus},
+          {"keep_profile", run->options.keep_profile},
+          {"profile", run->options.keep_profile ? "kept" : "tmpfs"},
           {"started", static_cast<int64_t>(run->started)},
-          {"cdp_connections", cdp_connections_}};
+          {"cdp_connections", cdp_connections_},
+          {"autostarts", autostarts_}};
 }
 
 json BrowserVm::StatusJson() {
@@ -496,28 +667,129 @@ json BrowserVm::StatusJson() {
   return StatusJsonLocked(run_);
 }
 
+namespace {
+
+void SpliceCdp(const std::shared_ptr<channel::Mux>& mux, int fd,
+               const std::function<void(const std::string&)>& log) {
+  // SECURITY: the host makes this splice; the browser VM's agent connects to its own
+  // 127.0.0.1:9222 (Chromium's DevTools). No other path joins the two VMs.
+  mux->OpenAsync(protocol::kTcpService, {std::to_string(protocol::kBrowserCdpPort)}, fd,
+                 [log](Status st) {
+                   if (!st.ok()) log("CDP stream: " + st.error().message());
+                 });
+}
+
+}  // namespace
+
 void BrowserVm::ConnectCdp(int fd) {
   std::shared_ptr<channel::Mux> mux;
+  std::thread finished;  // a previous automatic start's thread, done: joined outside the lock
+  std::string refused;
+  bool idle = false;  // no VM and no start: only then is the opt-in asked (outside the lock)
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    idle = !(run_ && run_->ready && !run_->exited) && !starting_ && !gate_.in_flight();
+  }
+  const bool enabled = idle && opts_.autostart && opts_.autostart_enabled && opts_.autostart_enabled();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (run_ && run_->ready && !run_->exited) {
       mux = run_->mux;
       ++cdp_connections_;
+    } else if (quit_) {
+      refused = "the supervisor is stopping";
+    } else if (starting_ || gate_.in_flight()) {
+      // A start is in progress (explicit or automatic): the stream waits for it, bounded.
+      if (pending_cdp_.size() < kMaxPendingCdp) {
+        pending_cdp_.push_back(fd);
+        return;
+      }
+      refused = "too many CDP connections wait for the browser VM's start";
+    } else if (!enabled) {
+      refused = "no browser VM runs (`cloister browser " + opts_.workspace +
+                " start`, or opt in to its automatic start: `cloister config " + opts_.workspace +
+                " --browser-autostart on`)";
+    } else {
+      switch (gate_.OnConnection(AutostartGate::Clock::now())) {
+        case AutostartGate::Decision::kWait:  // not reached: in_flight() was checked above
+        case AutostartGate::Decision::kStart:
+          pending_cdp_.push_back(fd);
+          ++autostarts_;
+          refusal_logged_ = false;
+          finished = std::move(autostart_thread_);
+          autostart_thread_ = std::thread([this] { Autostart(); });
+          break;
+        case AutostartGate::Decision::kRefuse: {
+          auto left = std::chrono::duration_cast<std::chrono::seconds>(
+              gate_.retry_at() - AutostartGate::Clock::now());
+          refused = refusal_logged_ ? ""
+                                    : "the last automatic start of the browser VM failed; the next "
+                                      "is tried in " + std::to_string(left.count() + 1) +
+                                          " s (or `cloister browser " + opts_.workspace + " start`)";
+          refusal_logged_ = true;
+          close(fd);
+          fd = -1;
+          break;
+        }
+      }
     }
   }
-  if (!mux) {
-    // No browser VM: the guest's client sees the connection closed.
-    Log("a CDP connection from the workspace was refused: no browser VM runs (`cloister browser " +
-        opts_.workspace + " start`)");
-    close(fd);
-    return;
+  if (finished.joinable()) finished.join();
+  if (mux) return SpliceCdp(mux, fd, [this](const std::string& m) { Log(m); });
+  if (fd < 0 || !refused.empty()) {
+    // The guest's client sees the connection closed.
+    if (!refused.empty()) Log("a CDP connection from the workspace was refused: " + refused);
+    if (fd >= 0) close(fd);
   }
-  // SECURITY: the host makes this splice; the browser VM's agent connects to its own
-  // 127.0.0.1:9222 (Chromium's DevTools). No other path joins the two VMs.
-  mux->OpenAsync(protocol::kTcpService, {std::to_string(protocol::kBrowserCdpPort)}, fd,
-                 [this](Status st) {
-                   if (!st.ok()) Log("CDP stream: " + st.error().message());
-                 });
+}
+
+void BrowserVm::Autostart() {
+  Log("automatic start at a CDP connection from the workspace");
+  bool ok = false;
+  auto plan = opts_.autostart();
+  if (!plan.ok()) {
+    Log("automatic start refused: " + plan.error().message() +
+        (plan.error().hint().empty() ? "" : " (" + plan.error().hint() + ")"));
+  } else {
+    auto started = Start(plan->options, plan->egress);
+    // Another start got there first: not a failure of this one (that start drains the streams).
+    ok = started.ok() || started.error().code() == ErrorCode::kAlreadyExists;
+    if (!started.ok() && ok) Log("automatic start: " + started.error().message());
+    if (!started.ok() && !ok) Log("automatic start failed: " + started.error().ToString());
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    gate_.Finish(ok, AutostartGate::Clock::now());
+    if (!ok) {
+      Log("next automatic start not before " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                             gate_.retry_at() - AutostartGate::Clock::now())
+                             .count()) +
+          " s");
+    }
+  }
+  DrainPending();
+}
+
+void BrowserVm::DrainPending() {
+  std::vector<int> fds;
+  std::shared_ptr<channel::Mux> mux;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (starting_ || (gate_.in_flight() && !quit_)) return;  // a start still runs: it drains
+    fds.swap(pending_cdp_);
+    if (run_ && run_->ready && !run_->exited) {
+      mux = run_->mux;
+      cdp_connections_ += fds.size();
+    }
+  }
+  for (int fd : fds) {
+    if (mux) {
+      SpliceCdp(mux, fd, [this](const std::string& m) { Log(m); });
+    } else {
+      close(fd);
+    }
+  }
 }
 
 }  // namespace cloister::vm

@@ -1,9 +1,12 @@
 // The browser VM's host side without a VM (supervisor/browser_vm.h): the lifecycle check of a
 // start, the option bounds, the crash cleanup of `<store>/tmp/browser-*`, the browser VM's
 // metadata config (no placeholder, no home, one forward) and the only two services its channel
-// offers. The VM itself is browser_vm_test's VM half (browser_vm_vm_test.cc).
+// offers; the workspace's browser settings (config --browser-autostart) and the automatic start's
+// gate: one start at a time, a back-off after a failure, bounded waiting streams. The VM itself is
+// browser_vm_test's VM half (browser_vm_vm_test.cc).
 #include "supervisor/browser_vm.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,8 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "supervisor/state.h"
 
@@ -212,6 +217,184 @@ TEST(BrowserVmTest, WithoutABrowserVmACdpConnectionIsClosedAndStatusSaysStopped)
   auto no_proxy = browser.Start({"/nonexistent/disk.raw", 1024, 1}, nullptr);
   EXPECT_FALSE(no_proxy.ok());
   EXPECT_FALSE(fs::exists("/nonexistent"));
+}
+
+TEST(BrowserSettingsTest, AutostartValuesParseAndRoundTripThroughTheConfig) {
+  struct Case {
+    const char* value;
+    BrowserSettings want;
+  };
+  for (const Case& c : {Case{"off", {false, false}}, Case{"on", {true, false}},
+                        Case{"keep-profile", {true, true}}}) {
+    auto got = ParseAutostartValue(c.value);
+    ASSERT_TRUE(got.ok()) << c.value;
+    EXPECT_EQ(*got, c.want) << c.value;
+    EXPECT_EQ(AutostartValue(*got), c.value);
+    WorkspaceConfig config;
+    ASSERT_TRUE(PutBrowserSettings(config, *got).ok());
+    auto loaded = BrowserSettingsFromConfig(config);
+    ASSERT_TRUE(loaded.ok()) << loaded.error().ToString();
+    EXPECT_EQ(*loaded, c.want) << config.extra.dump();
+  }
+  for (const char* bad : {"", "yes", "ON", "true", "keep_profile", "on "}) {
+    auto got = ParseAutostartValue(bad);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_NE(got.error().hint().find("keep-profile"), std::string::npos) << bad;
+  }
+}
+
+TEST(BrowserSettingsTest, AbsentIsOffAndAMalformedKeyIsAnError) {
+  WorkspaceConfig config;
+  auto none = BrowserSettingsFromConfig(config);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->autostart);
+  EXPECT_FALSE(none->keep_profile);
+  for (const char* bad : {R"([])", R"("on")", R"({"autostart":"on"})", R"({"autostart":1})",
+                          R"({"keep_profile":null})", R"({"autostart":true,"image":"/x"})"}) {
+    config.extra = nlohmann::json::object();
+    config.extra["browser"] = nlohmann::json::parse(bad);
+    auto got = BrowserSettingsFromConfig(config);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_NE(got.error().hint().find("--browser-autostart off"), std::string::npos) << bad;
+  }
+}
+
+using GateClock = AutostartGate::Clock;
+
+TEST(AutostartGateTest, OneStartAtATimeHoweverManyConnections) {
+  AutostartGate gate;
+  GateClock::time_point now = GateClock::now();
+  EXPECT_EQ(gate.OnConnection(now), AutostartGate::Decision::kStart);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(gate.OnConnection(now), AutostartGate::Decision::kWait) << i;
+  }
+  gate.Finish(/*ok=*/true, now);
+  EXPECT_FALSE(gate.in_flight());
+  // The VM runs now; should it go, the next connection may start one again at once.
+  EXPECT_EQ(gate.OnConnection(now), AutostartGate::Decision::kStart);
+}
+
+TEST(AutostartGateTest, AFailedStartIsRetriedOnlyAfterAGrowingBackoff) {
+  AutostartGate gate;
+  GateClock::time_point t = GateClock::now();
+  std::chrono::seconds want = kAutostartFirstBackoff;
+  for (int failure = 1; failure <= 10; ++failure) {
+    ASSERT_EQ(gate.OnConnection(t), AutostartGate::Decision::kStart) << failure;
+    gate.Finish(/*ok=*/false, t);
+    EXPECT_EQ(gate.failures(), failure);
+    EXPECT_EQ(gate.retry_at(), t + want) << failure;
+    // Every connection inside the back-off is refused, up to its last instant.
+    EXPECT_EQ(gate.OnConnection(t), AutostartGate::Decision::kRefuse);
+    EXPECT_EQ(gate.OnConnection(t + want - std::chrono::milliseconds(1)),
+              AutostartGate::Decision::kRefuse);
+    EXPECT_FALSE(gate.in_flight());
+    t += want;
+    want = std::min(want * 2, kAutostartMaxBackoff);
+  }
+  EXPECT_EQ(gate.retry_at() - (t - kAutostartMaxBackoff), kAutostartMaxBackoff);
+  // A success resets it.
+  ASSERT_EQ(gate.OnConnection(t), AutostartGate::Decision::kStart);
+  gate.Finish(/*ok=*/true, t);
+  EXPECT_EQ(gate.failures(), 0);
+  ASSERT_EQ(gate.OnConnection(t), AutostartGate::Decision::kStart);
+  gate.Finish(/*ok=*/false, t);
+  EXPECT_EQ(gate.retry_at(), t + kAutostartFirstBackoff);
+}
+
+// A connected pair: the first end goes to ConnectCdp, the test keeps the second.
+std::pair<int, int> Pair() {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return {-1, -1};
+  return {sv[0], sv[1]};
+}
+
+TEST(BrowserVmAutostartTest, OffAConnectionIsClosedAndNothingStarts) {
+  std::atomic<int> plans{0};
+  BrowserVm::Options o;
+  o.store_root = "/nonexistent";
+  o.workspace = "ws";
+  o.autostart_enabled = [] { return false; };
+  o.autostart = [&]() -> Result<BrowserVm::Options::AutostartPlan> {
+    ++plans;
+    return Error(ErrorCode::kUnavailable, "not reached");
+  };
+  std::vector<std::string> log;
+  std::mutex log_mu;
+  o.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> g(log_mu);
+    log.push_back(l);
+  };
+  BrowserVm browser(o);
+  for (int i = 0; i < 5; ++i) {
+    auto [mine, theirs] = Pair();
+    ASSERT_GE(mine, 0);
+    browser.ConnectCdp(mine);
+    char c;
+    EXPECT_EQ(read(theirs, &c, 1), 0) << "the stream was not closed";
+    close(theirs);
+  }
+  browser.Shutdown();
+  EXPECT_EQ(plans.load(), 0);
+  EXPECT_EQ(browser.autostarts(), 0u);
+  std::lock_guard<std::mutex> g(log_mu);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log.back().find("--browser-autostart on"), std::string::npos) << log.back();
+}
+
+TEST(BrowserVmAutostartTest, ManyConnectionsCauseOneStartAndAFailureIsNotRetriedAtOnce) {
+  std::atomic<int> plans{0};
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  BrowserVm::Options o;
+  o.store_root = "/nonexistent";
+  o.workspace = "ws";
+  o.autostart_enabled = [] { return true; };
+  o.autostart = [&]() -> Result<BrowserVm::Options::AutostartPlan> {
+    if (++plans == 1) {
+      entered.set_value();
+      // The start "runs" until the test lets it fail (bounded, so that a broken gate, which
+      // would start again and wait for this thread, ends in a failed expectation, not a hang).
+      released.wait_for(std::chrono::seconds(10));
+    }
+    return Error(ErrorCode::kNotFound, "no browser image");
+  };
+  BrowserVm browser(o);
+  // SECURITY: a hostile guest opens many streams while no browser VM runs.
+  std::vector<int> theirs;
+  for (int i = 0; i < 40; ++i) {
+    auto [mine, other] = Pair();
+    ASSERT_GE(mine, 0);
+    browser.ConnectCdp(mine);
+    theirs.push_back(other);
+  }
+  entered.get_future().wait();
+  EXPECT_EQ(browser.autostarts(), 1u);
+  // The first kMaxPendingCdp wait (open); the rest were closed at once.
+  size_t closed_now = 0;
+  for (int fd : theirs) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 0) == 1) ++closed_now;
+  }
+  EXPECT_EQ(closed_now, theirs.size() - kMaxPendingCdp);
+  release.set_value();
+  // The failed start closes the waiting streams.
+  for (int fd : theirs) {
+    char c;
+    EXPECT_EQ(read(fd, &c, 1), 0);
+    close(fd);
+  }
+  // Within the back-off, more connections start nothing.
+  for (int i = 0; i < 20; ++i) {
+    auto [mine, other] = Pair();
+    ASSERT_GE(mine, 0);
+    browser.ConnectCdp(mine);
+    char c;
+    EXPECT_EQ(read(other, &c, 1), 0);
+    close(other);
+  }
+  browser.Shutdown();
+  EXPECT_EQ(plans.load(), 1);
+  EXPECT_EQ(browser.autostarts(), 1u);
 }
 
 }  // namespace

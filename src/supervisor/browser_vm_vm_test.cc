@@ -14,6 +14,13 @@
 //     "source":"browser"; 169.254.169.254 and the host's user-net address fail;
 //   - `browser ws stop`: the directory is gone and its QEMU too; the next start has no cookie
 //     from the first session;
+//   - `browser ws start --keep-profile`: the encrypted disk is made in the workspace directory,
+//     its key in neither QEMU's argv, environment nor a file; the guest has it mounted ext4
+//     nosuid,nodev,noexec at /var/lib/cloister-browser; a cookie written there survives
+//     stop/start (and is not plaintext on the host); a LUKS disk of another key fails the start
+//     with no browser VM left; `browser ws forget` drops disk and key;
+//   - the automatic start: with `config ws --browser-autostart` off a CDP connection is closed
+//     and starts nothing; on, the first one starts the browser VM and is answered;
 //   - a placeholder of the workspace's credential submitted from the browser VM to a foreign host
 //     trips the detector: the workspace is marked compromised and paused, its browser VM gone.
 #include <signal.h>
@@ -28,11 +35,16 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "base/subprocess.h"
+#include "browser/profile_disk.h"
 #include "proxy/ca.h"
 #include "proxy/fake_upstream.h"
 #include "supervisor/state.h"
 #include "supervisor/testing.h"
 #include "supervisor/workspace.h"
+#include "store/layout.h"
+#include "vault/crypto.h"
+#include "vault/vault.h"
 
 namespace cloister::vm {
 namespace {
@@ -58,6 +70,10 @@ const srv = http.createServer((req, res) => {
     res.setHeader('content-type', 'application/json');
     res.end(JSON.stringify({Browser: 'FakeChromium/1.0', had_cookie: hadCookie,
                             webSocketDebuggerUrl: 'ws://127.0.0.1:9222/devtools/browser/fake'}));
+    return;
+  }
+  if (req.url === '/mounts') {
+    res.end(fs.readFileSync('/proc/self/mounts', 'utf8'));
     return;
   }
   if (req.url.startsWith('/fetch?')) {
@@ -182,9 +198,44 @@ class BrowserVmVmTest : public testing::CliVmTest {
     }
     return out;
   }
-  RunOutput StartBrowser() {
-    return Cloister({"browser", "ws", "start", "--image", image_dir() + "/disk.raw", "--memory",
-                     "384", "--cpus", "1", "--json"});
+  RunOutput StartBrowser(const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args = {"browser", "ws", "start", "--image", image_dir() + "/disk.raw",
+                                     "--memory", "384", "--cpus", "1", "--json"};
+    args.insert(args.end(), more.begin(), more.end());
+    return Cloister(args);
+  }
+  // The browser VM's mount line for the profile ("" if none), as its fake chromium reads it.
+  std::string ProfileMountLine() {
+    std::string mounts = Get("/mounts");
+    for (const std::string& line : Split(mounts, '\n')) {
+      if (line.find(" /var/lib/cloister-browser ") != std::string::npos) return line;
+    }
+    return "";
+  }
+  // SECURITY check: no form of the profile key in the browser VM QEMU's argv or environment or
+  // in any file of its directory (the key goes over QMP only).
+  void ExpectProfileKeyOnlyOverQmp(pid_t qemu, const std::string& dir) {
+    setenv("CLOISTER_VAULT_KEY_BACKEND", "file", 1);
+    browser::ProfileLocation loc{root_ + "/" + std::string(layout::kKeysDir),
+                                 store_->Paths("ws").dir, "ws"};
+    auto v = vault::Vault::Open({loc.keys_dir, loc.SecretsPath(), loc.workspace});
+    ASSERT_TRUE(v.ok()) << v.error().ToString();
+    const std::string* key = v->FindBlob(browser::kProfileKeyBlob);
+    ASSERT_NE(key, nullptr);
+    ASSERT_EQ(key->size(), browser::kProfileKeyBytes);
+    std::string pass = vault::Base64Encode(*key);
+    std::vector<std::string> forms = {*key, pass, vault::Base64Encode(pass)};
+    std::string cmdline = testing::Slurp("/proc/" + std::to_string(qemu) + "/cmdline");
+    std::string environ = testing::Slurp("/proc/" + std::to_string(qemu) + "/environ");
+    ASSERT_NE(cmdline.find("qemu-system"), std::string::npos) << "not the browser VM's QEMU";
+    for (const std::string& f : forms) {
+      EXPECT_EQ(cmdline.find(f), std::string::npos) << "the profile key is in QEMU's argv";
+      EXPECT_EQ(environ.find(f), std::string::npos) << "the profile key is in QEMU's environment";
+      for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file() || e.path().filename() == "disk.qcow2") continue;
+        EXPECT_EQ(testing::Slurp(e.path()).find(f), std::string::npos) << "key in " << e.path();
+      }
+    }
   }
 };
 
@@ -211,7 +262,8 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   env_ = {{"CLOISTER_PROXY_RESOLVE", "shop.example:443=" + addr + ",evil.example:443=" + addr},
           {"CLOISTER_PROXY_UPSTREAM_CA", ca_file},
           {"CLOISTER_VAULT_KEY_BACKEND", "file"},
-          {"CLOISTER_BROWSER_FILES", files_path}};
+          {"CLOISTER_BROWSER_FILES", files_path},
+          {"CLOISTER_BROWSER_IMAGE", image_dir() + "/disk.raw"}};
 
   auto created = Cloister({"create", "ws", "--image", image_dir() + "/disk.raw", "--memory", "384",
                            "--cpus", "1", "--home-size", "256M"});
@@ -294,6 +346,102 @@ TEST_F(BrowserVmVmTest, DrivenOverCdpFromTheWorkspaceEgressThroughItsProxyGoneAt
   EXPECT_NE(second.find("\"had_cookie\":false"), std::string::npos) << second;
   std::string dir2 = json::parse(again.out, nullptr, false)["browser"].value("dir", "");
   EXPECT_NE(dir2, dir);
+  EXPECT_FALSE(json::parse(again.out, nullptr, false)["browser"].value("keep_profile", true));
+  EXPECT_NE(ProfileMountLine().find(" tmpfs "), std::string::npos);
+
+  // 4b. --keep-profile: the encrypted disk is made, attached (key over QMP only) and mounted at
+  // /var/lib/cloister-browser; what the browser writes there survives stop/start; forget drops it.
+  Clock::time_point t_added = Clock::now();  // steps 4b and 4c: their cost in the suite
+  ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
+  const std::string profile_disk = store_->Paths("ws").dir + "/browser-profile.qcow2";
+  EXPECT_FALSE(fs::exists(profile_disk));
+  auto kept = StartBrowser({"--keep-profile"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  json kb = json::parse(kept.out, nullptr, false).value("browser", json::object());
+  EXPECT_TRUE(kb.value("keep_profile", false)) << kept.out;
+  EXPECT_TRUE(fs::exists(profile_disk));
+  ExpectProfileKeyOnlyOverQmp(kb.value("qemu_pid", 0), kb.value("dir", ""));
+  auto kept_ls = Cloister({"ls", "--json"});
+  json kept_ls_j = json::parse(kept_ls.out, nullptr, false);
+  ASSERT_TRUE(kept_ls_j.is_array() && kept_ls_j.size() == 1u) << kept_ls.out;
+  EXPECT_TRUE(kept_ls_j[0].value("browser_keep_profile", false)) << kept_ls.out;
+  EXPECT_NE(Cloister({"describe", "ws"}).out.find("kept profile"), std::string::npos);
+  EXPECT_NE(Cloister({"browser", "ws", "status"}).out.find("kept profile"), std::string::npos);
+  std::string first_kept = VersionWhenUp();
+  EXPECT_NE(first_kept.find("\"had_cookie\":false"), std::string::npos) << first_kept;
+  std::string mount = ProfileMountLine();
+  EXPECT_NE(mount.find(" ext4 "), std::string::npos) << mount;
+  for (const char* opt : {"nosuid", "nodev", "noexec"}) {
+    EXPECT_NE(mount.find(opt), std::string::npos) << opt << " missing: " << mount;
+  }
+  std::string kept_page = Get("/fetch?url=https://shop.example/page");  // sets the cookie
+  EXPECT_NE(kept_page.find("status=200"), std::string::npos) << kept_page;
+  ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
+  EXPECT_TRUE(fs::exists(profile_disk));
+  EXPECT_EQ(testing::Slurp(profile_disk).find("first-visit-7f3a"), std::string::npos)
+      << "the cookie's value is in plaintext on the host";
+  auto kept2 = StartBrowser({"--keep-profile"});
+  ASSERT_EQ(kept2.exit_code, 0) << kept2.err;
+  std::string second_kept = VersionWhenUp();
+  EXPECT_NE(second_kept.find("\"had_cookie\":true"), std::string::npos) << second_kept;
+  // forget is refused while the browser VM runs; then drops the disk and its key.
+  EXPECT_NE(Cloister({"browser", "ws", "forget", "-f"}).exit_code, 0);
+  ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
+  // SECURITY: fail closed. A LUKS disk the vault's key does not open fails the start; no browser
+  // VM is left (none with a tmpfs profile either).
+  fs::rename(profile_disk, profile_disk + ".mine");
+  Result<RunOutput> made = Error(ErrorCode::kInternal, "not run");
+  for (int i = 0; i < 8; ++i) {  // qemu-img's PBKDF2 timing fails at random on a loaded host
+    made = RunProcessChecked({"qemu-img", "create", "-q", "-f", "qcow2", "--object",
+                              "secret,id=s0,data=not-the-vault-key", "-o",
+                              "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=10",
+                              profile_disk, "64M"});
+    if (made.ok()) break;
+    fs::remove(profile_disk);
+  }
+  ASSERT_TRUE(made.ok()) << made.error().ToString();
+  auto foreign = StartBrowser({"--keep-profile"});
+  EXPECT_NE(foreign.exit_code, 0) << foreign.out;
+  EXPECT_NE(foreign.err.find("does not open"), std::string::npos) << foreign.err;
+  EXPECT_EQ(BrowserStatus().value("state", ""), "stopped");
+  EXPECT_TRUE(BrowserDirs().empty());
+  fs::remove(profile_disk);
+  fs::rename(profile_disk + ".mine", profile_disk);
+  auto forgot = Cloister({"browser", "ws", "forget", "-f", "--json"});
+  ASSERT_EQ(forgot.exit_code, 0) << forgot.err;
+  EXPECT_TRUE(json::parse(forgot.out, nullptr, false).value("forgotten", false)) << forgot.out;
+  EXPECT_FALSE(fs::exists(profile_disk));
+  {
+    browser::ProfileLocation loc{root_ + "/" + std::string(layout::kKeysDir),
+                                 store_->Paths("ws").dir, "ws"};
+    auto exists = browser::ProfileExists(loc);
+    ASSERT_TRUE(exists.ok()) << exists.error().ToString();
+    EXPECT_FALSE(*exists) << "the key outlived forget";
+  }
+
+  // 4c. The automatic start: off, a CDP connection is closed and starts nothing; on, the first
+  // one starts the browser VM and is answered once it is ready.
+  std::string off = Get("/json/version");
+  EXPECT_NE(off.find("ERR"), std::string::npos) << off;
+  EXPECT_EQ(BrowserStatus().value("state", ""), "stopped");
+  EXPECT_EQ(BrowserStatus().value("autostarts", -1), 0);
+  auto on = Cloister({"config", "ws", "--browser-autostart", "on"});
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  Clock::time_point t_auto = Clock::now();
+  std::string autostarted = Get("/json/version");  // held until the browser VM is READY
+  std::cerr << "[browser: autostart to the first CDP answer "
+            << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t_auto).count()
+            << " s]\n";
+  EXPECT_NE(autostarted.find("FakeChromium/1.0"), std::string::npos)
+      << autostarted << "\n" << Cloister({"logs", "ws", "--supervisor"}).out;
+  json ab = BrowserStatus();
+  EXPECT_EQ(ab.value("state", ""), "running") << ab.dump();
+  EXPECT_EQ(ab.value("autostarts", 0), 1) << ab.dump();
+  EXPECT_EQ(BrowserDirs().size(), 1u);
+  ASSERT_EQ(Cloister({"config", "ws", "--browser-autostart", "off"}).exit_code, 0);
+  std::cerr << "[browser: kept profile and autostart steps "
+            << std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t_added).count()
+            << " s]\n";
 
   // 5. A placeholder submitted from the browser to a foreign host trips the detector.
   std::string placeholder = Trim(Exec("ws", ". /etc/profile.d/cloister.sh; printf %s \"$ANTHROPIC_API_KEY\""));

@@ -45,6 +45,7 @@ inline constexpr std::array<std::string_view, 17> kSupervisorVariables = {
     "CLOISTER_AUDIT_BIN",           // the residue audit helper put on the metadata disk
     "CLOISTER_BINARY_DIR",          // a build tree's binaries (tests)
     "CLOISTER_BROWSER_FILES",       // extra files for the browser VM (tests; browser_vm.h)
+    "CLOISTER_BROWSER_IMAGE",       // the automatic start's browser image (tests; browser_vm.h)
 };
 
 // "NAME=value" entries for the supervisor's exec.

@@ -118,6 +118,13 @@ class Supervisor {
   Status StartPorts();
   json HandlePorts(const json& req);
   json HandleBrowser(const json& req);
+  // config.json's "browser" settings, re-read when the file's mtime or size changed; a malformed
+  // or unreadable one is off (logged once per change).
+  BrowserSettings CurrentBrowserSettings();
+  std::mutex browser_settings_mu_;
+  struct timespec browser_settings_mtime_ {};
+  off_t browser_settings_size_ = -1;
+  BrowserSettings browser_settings_;
 
   SupervisorOptions opts_;
   std::unique_ptr<Store> store_;
@@ -300,6 +307,47 @@ Status Supervisor::Init() {
   bo.output_path = paths_.supervisor_log;
   bo.log = Log;
   bo.ready_timeout = opts_.ready_timeout;
+  // The kept profile's place (browser/profile_disk.h): this supervisor holds the workspace lock
+  // for its whole life, as EnsureProfileDisk asks.
+  bo.keys_dir = store_->root() + "/" + std::string(layout::kKeysDir);
+  bo.workspace_dir = store_->Paths(opts_.name).dir;
+  // The automatic start at the first CDP connection (opt-in, config.json "browser"; fail
+  // closed: a malformed key refuses the boot, and later reads as off). Read again whenever
+  // config.json changed, so `cloister config NAME --browser-autostart` applies at once.
+  if (auto settings = BrowserSettingsFromConfig(config_); !settings.ok()) return settings.error();
+  if (opts_.resolve_image) {
+    bo.autostart_enabled = [this] { return CurrentBrowserSettings().autostart; };
+    bo.autostart = [this]() -> Result<BrowserVm::Options::AutostartPlan> {
+      BrowserSettings browser_settings = CurrentBrowserSettings();
+      if (!browser_settings.autostart) {
+        return Error(ErrorCode::kFailedPrecondition, "the automatic start is off",
+                     "`cloister config " + opts_.name + " --browser-autostart on`");
+      }
+      Phase phase;
+      std::string detail;
+      BrowserVm::Options::AutostartPlan plan;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        phase = phase_;
+        detail = pause_reason_;
+        plan.egress = egress_;
+      }
+      RETURN_IF_ERROR(BrowserStartCheck(phase, opts_.name, detail));
+      std::string spec = kBrowserImageName;
+      if (const char* e = std::getenv(kBrowserImageEnv); e && *e) spec = e;
+      auto image = opts_.resolve_image(spec);
+      if (!image.ok()) {
+        return Error(image.error().code(),
+                     "browser image '" + spec + "': " + image.error().message(),
+                     "build it: `cloister image build --browser`");
+      }
+      plan.options.image_path = *image;
+      plan.options.keep_profile = browser_settings.keep_profile;
+      Log("browser: automatic start (" + plan.options.image_path +
+          (plan.options.keep_profile ? ", kept profile)" : ")"));
+      return plan;
+    };
+  }
   browser_ = std::make_shared<BrowserVm>(std::move(bo));
   return OkStatus();
 }
@@ -1166,8 +1214,34 @@ json Supervisor::HandlePorts(const json& req) {
   return {{"ok", true}, {"ports", list}, {"added", added}, {"auto_ports", auto_ports_}};
 }
 
+BrowserSettings Supervisor::CurrentBrowserSettings() {
+  std::lock_guard<std::mutex> l(browser_settings_mu_);
+  const std::string path = store_->Paths(opts_.name).config;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return browser_settings_ = BrowserSettings{};
+  if (st.st_size == browser_settings_size_ &&
+      st.st_mtim.tv_sec == browser_settings_mtime_.tv_sec &&
+      st.st_mtim.tv_nsec == browser_settings_mtime_.tv_nsec) {
+    return browser_settings_;
+  }
+  browser_settings_mtime_ = st.st_mtim;
+  browser_settings_size_ = st.st_size;
+  browser_settings_ = BrowserSettings{};
+  auto config = store_->LoadConfig(opts_.name);
+  if (!config.ok()) {
+    Log("browser: settings unreadable, automatic start off: " + config.error().message());
+    return browser_settings_;
+  }
+  auto settings = BrowserSettingsFromConfig(*config);
+  if (!settings.ok()) {
+    Log("browser: automatic start off: " + settings.error().message());
+    return browser_settings_;
+  }
+  return browser_settings_ = *settings;
+}
+
 // The control op "browser" (supervisor/browser_vm.h): {"action":"status"} any live state;
-// {"action":"start","image":PATH,"memory_mib":N,"cpus":N} only while running (the lifecycle
+// {"action":"start","image":PATH,"memory_mib":N,"cpus":N,"keep_profile":BOOL} only while running (the lifecycle
 // table, BrowserStartCheck); {"action":"stop"} any live state.
 json Supervisor::HandleBrowser(const json& req) {
   std::string action = JsonString(req, "action");
@@ -1199,8 +1273,11 @@ json Supervisor::HandleBrowser(const json& req) {
   if (auto c = req.find("cpus"); c != req.end() && c->is_number_unsigned()) {
     so.cpus = static_cast<int>(std::min<uint64_t>(c->get<uint64_t>(), 1024));
   }
+  if (auto k = req.find("keep_profile"); k != req.end() && k->is_boolean()) {
+    so.keep_profile = k->get<bool>();
+  }
   Log("browser: starting (" + so.image_path + ", " + std::to_string(so.memory_mib) + " MiB, " +
-      std::to_string(so.cpus) + " CPUs)");
+      std::to_string(so.cpus) + " CPUs" + (so.keep_profile ? ", kept profile" : "") + ")");
   auto started = browser_->Start(so, egress);
   if (!started.ok()) return ErrorReply(started.error());
   return {{"ok", true}, {"name", opts_.name}, {"browser", *started}};

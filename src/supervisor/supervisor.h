@@ -24,8 +24,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
+#include "base/result.h"
 #include "vm/accel.h"
 
 namespace cloister::vm {
@@ -41,6 +43,10 @@ struct SupervisorOptions {
   std::chrono::seconds ready_timeout{600};
   std::chrono::seconds stop_timeout{60};  // graceful powerdown on SIGTERM
   bool sandbox = true;
+  // An image SPEC (a catalog name) to the absolute path of its verified raw disk, with the CLI's
+  // checks (cli/image_resolver.h; installed by `cloister _supervise`): the browser VM's automatic
+  // start resolves the default browser image with it. Null: no automatic start.
+  std::function<Result<std::string>(const std::string& spec)> resolve_image;
 };
 
 // Runs until the VM stops. Returns the process exit code (0 after a clean stop).

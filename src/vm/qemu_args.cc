@@ -228,6 +228,16 @@ Result<std::vector<std::string>> BuildQemuArgv(const VmSpec& spec) {
                              "virtio-9p-pci,fsdev=" + id + ",mount_tag=" + share.tag});
   }
   if (spec.incoming_defer) argv.insert(argv.end(), {"-incoming", "defer"});
+  if (spec.start_paused) argv.push_back("-S");
+  if (!spec.hotplug_root_port.empty()) {
+    if (spec.hotplug_root_port.size() > 32 ||
+        spec.hotplug_root_port.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") !=
+            std::string::npos) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "VM spec: bad root port id '" + spec.hotplug_root_port + "'");
+    }
+    argv.insert(argv.end(), {"-device", "pcie-root-port,id=" + spec.hotplug_root_port + ",chassis=1"});
+  }
   if (spec.sandbox) {
     argv.insert(argv.end(), {"-sandbox",
                              "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});

@@ -82,6 +82,11 @@ struct VmSpec {
   std::string console_log;
   std::vector<ShareSpec> shares;
   bool incoming_defer = false;  // resume from a suspend state (migrate-incoming over QMP)
+  // -S: the CPUs wait for QMP `cont` (the browser VM's profile disk is attached before its boot).
+  bool start_paused = false;
+  // The id of a `pcie-root-port` to add ("" = none): q35's root bus takes no hotplug, so a disk
+  // added over QMP (browser/profile_disk.h AttachProfile) goes behind it. [a-z0-9-], ≤ 32.
+  std::string hotplug_root_port;
   bool sandbox = true;          // -sandbox on,... (QEMU's seccomp filter)
   // -cpu under TCG ([A-Za-z0-9_.,=+-], at most 128 characters); the supervisor takes
   // CLOISTER_TCG_CPU when set (benchmarks compare models with it).
