@@ -124,7 +124,8 @@ const out = {};
     for (const u of arg.split(' ')) out.refused[u] = await go(u, 60000);
   } else if (mode === 'keep') {
     // The kept profile: load the page (its cookie), then wait for Chromium's cookie store to
-    // commit (every 30 s) and the guest kernel to write it back (30 s): `browser stop` kills QEMU.
+    // commit (every 30 s) and the guest kernel to write it back (30 s), so the check does not
+    // lean on `browser stop`'s flush of a kept profile.
     out.nav = await go('https://shop.example/page');
     out.title = await page.title();
     out.cookies = (await ctx.cookies('https://shop.example')).map(c => c.name + '=' + c.value);
