@@ -40,7 +40,8 @@ fi
 # CLIs the VM tests install in a guest from a local fake registry (tests never reach a registry).
 # `npm pack` fetches them from npm's default registry once; each is checked against its pinned
 # integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h (npm) and
-# src/base/agent_tools.h (the agents; a unit test compares npm's pin). Cache: $CLOISTER_NPM_CACHE, else
+# src/base/agent_tools.h (the agents; a unit test compares npm's pin); playwright-core is for
+# supervisor/browser_real_vm_test.cc (Playwright over CDP in a guest). Cache: $CLOISTER_NPM_CACHE, else
 # $XDG_CACHE_HOME/cloister/npm, else ~/.cache/cloister/npm.
 npm_pins=(
   "npm@10.9.9 npm-10.9.9.tgz sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="
@@ -48,6 +49,7 @@ npm_pins=(
   "@anthropic-ai/claude-code-linux-x64@2.1.332 anthropic-ai-claude-code-linux-x64-2.1.332.tgz sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw=="
   "@openai/codex@0.171.0 openai-codex-0.171.0.tgz sha512-1IOFzL2Xg86tLdw6kDo3GoKbkQENgQi7TI6rlEvN132R7ngSw7SNOIQoTcnKzSZZ8kf9N9GynCweSoaFbqk2Eg=="
   "@openai/codex@0.171.0-linux-x64 openai-codex-0.171.0-linux-x64.tgz sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw=="
+  "playwright-core@1.61.1 playwright-core-1.61.1.tgz sha512-h7Qlt6m4REp25qvIdvbDtVmD4LqVXfpRxhORv9L0jzETM05p4fuPJ3dKyuSXQxDSbXnmS79HAgi9589lGSpLkg=="
 )
 if [ "$level" = test ]; then
   npm_cache="${CLOISTER_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cloister/npm}"
