@@ -590,7 +590,11 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
                                 "DISABLE_AUTOUPDATER=1 ";
   {
     t0 = Clock::now();
-    Terminal term = OpenTerminal(login_env + "/opt/clis/claude auth login");
+    // 2.1.332 prints a short link (claude.ai/oauth/authorize?<client and scope bits><code
+    // challenge>, no state or redirect: claude.ai expands it); the full authorize URL is the
+    // client's own switch CLAUDE_CODE_FULL_SIGN_IN_LINK (the fake does not expand short links).
+    Terminal term = OpenTerminal(login_env + "CLAUDE_CODE_FULL_SIGN_IN_LINK=1 "
+                                 "/opt/clis/claude auth login");
     const std::string url = ReadUntil(
         term, "(https://[^\\s]*/oauth/authorize\\?[^\\s]+)[\\s\\S]*Paste code here",
         std::chrono::seconds(300));
