@@ -14,6 +14,12 @@
 //      pass on the guest's clock: Claude Code sees its login's expiresAt behind it, Codex gets a
 //      401, and each refreshes through the host (the fake sees the real refresh token and rotates
 //      it; the guest gets placeholders); the next call, with the new real token, is answered.
+//      Between the two, each client's own login typed on a terminal (`cloister exec -i -t`, a
+//      local pty) replaces the imported one: `claude auth login` (the authorize URL opened by
+//      curl on the host as the person's browser, CODE#STATE pasted at "Paste code here") and
+//      `codex login --device-auth` (its one-time code approved at the fake's device page); the
+//      proxy captures both exchanges, so the refreshes and answered calls of 1b are the typed
+//      logins'.
 //   2. While both clients wait in the middle of that answer (the fake holds the stream), as root in
 //      the guest: the environment of every process and the memory of the clients' processes (every
 //      readable mapping with resident pages, except read-only file mappings, whose files are the
@@ -24,10 +30,11 @@
 //      bytes of any real token anywhere; the placeholders found in each place.
 //   3. The access placeholder sent by the guest to another host trips the detector: 451, the
 //      workspace marked compromised and paused, nothing forwarded.
-// Login capture in the guest (`claude /login`, `codex login`) is not here: it waits for its
-// capture to land (oauthcap).
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -39,6 +46,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -174,52 +182,85 @@ std::map<std::string, std::map<std::string, size_t>> ScanTree(
   return found;
 }
 
-// Runs as root in the guest with the pids to scan as arguments ($0 is the page reader below):
-// prints "pid PID regions R resident N bytes" per process, then every distinct run of >= 40
-// token characters (base64url, JWT dots, and -_+/=) in the resident pages (pagemap's present
-// bit) of each readable mapping, except read-only mappings of files (their files are the
-// clients' binaries and the image's libraries: the host-side scans cover them). Claude's bun
-// reserves gigabytes it never touches, so only present pages are read. SECURITY of the proof:
-// the guest gets no needle; the host searches the runs.
+// Runs as root in the guest with the pids to scan as arguments ($0 is the page reader below),
+// in one node process: prints every distinct run of >= 40 token characters (base64url, JWT dots,
+// and -_+/=) in the resident pages (pagemap's present bit) of each readable mapping of each
+// process, except read-only mappings of files (their files are the clients' binaries and the
+// image's libraries: the host-side scans cover them), then "pid PID regions R resident N bytes
+// MS ms" per process read whole. Claude's bun reserves gigabytes it never touches, so only
+// present pages are read. The runs are cut in the guest (a regular expression over each read,
+// a run that reaches the end of a read carried into the next read of adjacent pages), so only
+// the runs leave node: piping every resident byte through tr | grep | sort under TCG, one node
+// per process, was most of this test's time (~220 s for ~150 MB). SECURITY of the proof: the
+// guest gets no needle; the host searches the runs.
 const char kPageReader[] = R"JS(
 const fs = require('fs');
-const pid = process.argv[2];
-let regions = 0, bytes = 0;
-const smaps = fs.readFileSync('/proc/' + pid + '/smaps', 'latin1');
-const mem = fs.openSync('/proc/' + pid + '/mem', 'r');
-const pm = fs.openSync('/proc/' + pid + '/pagemap', 'r');
-const todo = [];
-let cur = null;
-for (const line of smaps.split('\n')) {
-  const m = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
-  if (m) { cur = (m[3][0] === 'r' && !(m[4].startsWith('/') && m[3][1] !== 'w')) ? m : null; continue; }
-  const r = /^Rss:\s+(\d+) kB/.exec(line);
-  if (r && cur && Number(r[1]) > 0) todo.push(cur);
-  if (r) cur = null;
+const runs = new Set();
+const tok = new Uint8Array(256);
+for (const c of 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+/=-') tok[c.charCodeAt(0)] = 1;
+const re = /[A-Za-z0-9._+\/=-]{40,}/g;
+const buf = Buffer.allocUnsafe(4096 * 4096);
+let carry = '';  // a run that reached the end of the previous read (its pages continue)
+function flush() { if (carry.length >= 40) runs.add(carry); carry = ''; }
+function scan(n) {
+  let k = n;  // the bytes after the last non-token byte continue into the next read
+  while (k > 0 && tok[buf[k - 1]]) k--;
+  if (k === 0) { carry += buf.toString('latin1', 0, n); return; }
+  const s = carry + buf.toString('latin1', 0, k);
+  re.lastIndex = 0;
+  for (let m; (m = re.exec(s)) !== null;) runs.add(m[0]);
+  carry = buf.toString('latin1', k, n);
 }
-for (const m of todo) {
-  const s = parseInt(m[1], 16), n = (parseInt(m[2], 16) - s) / 4096;
-  const map = Buffer.alloc(n * 8);
-  try { fs.readSync(pm, map, 0, n * 8, (s / 4096) * 8); } catch (e) { continue; }
-  regions++;
-  for (let i = 0; i < n; ) {
-    if (!(map[i * 8 + 7] & 0x80)) { i++; continue; }
-    let j = i;
-    while (j < n && (map[j * 8 + 7] & 0x80) && j - i < 4096) j++;
-    const buf = Buffer.alloc((j - i) * 4096);
-    try { const r = fs.readSync(mem, buf, 0, buf.length, s + i * 4096); fs.writeSync(1, buf, 0, r); bytes += r; }
-    catch (e) {}
-    fs.writeSync(1, '\n');
-    i = j;
+for (const pid of process.argv.slice(2)) {
+  const t0 = Date.now();
+  let regions = 0, bytes = 0;
+  try {
+    const smaps = fs.readFileSync('/proc/' + pid + '/smaps', 'latin1');
+    const mem = fs.openSync('/proc/' + pid + '/mem', 'r');
+    const pm = fs.openSync('/proc/' + pid + '/pagemap', 'r');
+    const todo = [];
+    let cur = null;
+    for (const line of smaps.split('\n')) {
+      const m = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
+      if (m) { cur = (m[3][0] === 'r' && !(m[4].startsWith('/') && m[3][1] !== 'w')) ? m : null; continue; }
+      const r = /^Rss:\s+(\d+) kB/.exec(line);
+      if (r && cur && Number(r[1]) > 0) todo.push(cur);
+      if (r) cur = null;
+    }
+    for (const m of todo) {
+      const s = parseInt(m[1], 16), n = (parseInt(m[2], 16) - s) / 4096;
+      const map = Buffer.alloc(n * 8);
+      try { fs.readSync(pm, map, 0, n * 8, (s / 4096) * 8); } catch (e) { continue; }
+      regions++;
+      for (let i = 0; i < n; ) {
+        if (!(map[i * 8 + 7] & 0x80)) { flush(); i++; continue; }
+        let j = i;
+        while (j < n && (map[j * 8 + 7] & 0x80) && j - i < 4096) j++;
+        let r = 0;
+        try { r = fs.readSync(mem, buf, 0, (j - i) * 4096, s + i * 4096); } catch (e) {}
+        if (r > 0) { scan(r); bytes += r; }
+        if (r < (j - i) * 4096) flush();
+        i = j;
+      }
+      flush();
+    }
+    fs.closeSync(mem); fs.closeSync(pm);
+  } catch (e) {
+    flush();
+    process.stderr.write('pid ' + pid + ' error ' + e.message + '\n');
+    continue;
   }
+  process.stderr.write('pid ' + pid + ' regions ' + regions + ' resident ' + bytes + ' bytes ' +
+                       (Date.now() - t0) + ' ms\n');
 }
-fs.writeSync(2, 'pid ' + pid + ' regions ' + regions + ' resident ' + bytes + ' bytes\n');
+fs.writeSync(1, [...runs].join('\n') + '\n');
 )JS";
 const char kMemScan[] = R"SH(
 printf '%s' "$0" > /tmp/pages.js
-for pid in "$@"; do node /tmp/pages.js $pid 2>> /tmp/pages.log; done |
-  tr -c 'A-Za-z0-9._+/=-' '\n' | grep -E '.{40,}' | sort -u
+node /tmp/pages.js "$@" 2> /tmp/pages.log
+r=$?
 cat /tmp/pages.log
+exit $r
 )SH";
 
 class OauthVmTest : public testing::CliVmTest {
@@ -238,6 +279,72 @@ class OauthVmTest : public testing::CliVmTest {
       if (!l.empty()) pids.push_back(l);
     }
     return pids;
+  }
+  // A `cloister exec -i -t` on a local pseudo-terminal, as a person types into it: what it
+  // printed (escape sequences kept), read until a pattern shows or the limit passes.
+  struct Terminal {
+    pid_t child = -1;
+    int master = -1;
+    std::string screen;
+  };
+  Terminal OpenTerminal(const std::string& script) {
+    Terminal t;
+    // Wide, so that no client wraps the URL it prints.
+    t.child = SpawnCloisterOnPty({"exec", "-i", "-t", "ws", "-u", "dev", "--", "sh", "-c", script},
+                                 &t.master, "", {}, 40, 1000);
+    EXPECT_GE(t.child, 0);
+    return t;
+  }
+  // The screen without terminal escape sequences (CSI, OSC) and carriage returns.
+  static std::string Plain(const std::string& screen) {
+    static const std::regex esc("\x1b\\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\\][^\x07\x1b]*(\x07|\x1b\\\\)|"
+                                "\x1b[()][0-9A-Za-z]|\x1b[=>78]|\r");
+    return std::regex_replace(screen, esc, "");
+  }
+  // Reads until Plain(screen) matches `pattern`; the match (its first group if any) or "".
+  std::string ReadUntil(Terminal& t, const std::string& pattern, std::chrono::seconds limit) {
+    const std::regex re(pattern);
+    auto deadline = Clock::now() + limit;
+    while (true) {
+      std::smatch m;
+      const std::string plain = Plain(t.screen);
+      if (std::regex_search(plain, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || t.master < 0) return "";
+      pollfd p{t.master, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(t.master, buf, sizeof buf);
+      if (n <= 0) return "";  // the terminal closed (the command ended)
+      t.screen.append(buf, static_cast<size_t>(n));
+    }
+  }
+  void Type(Terminal& t, const std::string& text) {
+    ASSERT_EQ(write(t.master, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  // Waits (bounded) for the cloister on the terminal to end, reading what it still prints;
+  // its exit code (-1: killed at the limit).
+  int Close(Terminal& t, std::chrono::seconds limit) {
+    int status = -1;
+    bool ended = WaitFor([&] {
+      char buf[4096];
+      while (t.master >= 0) {
+        pollfd p{t.master, POLLIN, 0};
+        if (poll(&p, 1, 0) <= 0) break;
+        ssize_t n = read(t.master, buf, sizeof buf);
+        if (n <= 0) break;
+        t.screen.append(buf, static_cast<size_t>(n));
+      }
+      return waitpid(t.child, &status, WNOHANG) == t.child;
+    }, limit);
+    if (!ended) {
+      kill(t.child, SIGKILL);
+      waitpid(t.child, &status, 0);
+      ADD_FAILURE() << "the cloister on a terminal did not end: " << Plain(t.screen);
+    }
+    close(t.master);
+    t.master = -1;
+    return ended && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 };
 
@@ -266,6 +373,9 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
 
   // The fakes: one upstream, dispatched by SNI.
   FakeProvider claude(false), codex(true);
+  // Codes only from the authorize page or an approved device code, each bound to its PKCE.
+  claude.set_strict_pkce(true);
+  codex.set_strict_pkce(true);
   std::mutex mu;
   std::set<std::string> expired;  // access tokens the fakes now answer 401 (guarded by mu)
   std::unique_ptr<proxy::testing::Gate> hold;  // non-null: API answers wait on it (guarded by mu)
@@ -293,12 +403,17 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
           return claude_token(r, w);
         }
         if (r.sni == "auth.openai.com") return codex_token(r, w);
+        // The person's browser at Claude's authorize page (the host side, curl): a 302 to the
+        // manual callback page with the code.
+        if (r.sni == "claude.com") return claude_token(r, w);
         if (r.sni == "api.anthropic.com") {
           if (!current(claude, r)) {
             w.Send(401, ct,
                    R"({"type":"error","error":{"type":"authentication_error","message":"OAuth token has expired. Please obtain a new token or refresh your existing token."}})");
             return;
           }
+          // The profile Claude Code reads after a login (the fake's, current token only).
+          if (r.method == "GET" && path == "/api/oauth/profile") return claude_token(r, w);
           if (r.method == "POST" && path == "/v1/messages") {
             if (r.body.find("\"stream\":true") != std::string::npos) return ClaudeStream(w, gate());
             // A retry without streaming (after a stream that idled past the client's limit).
@@ -355,7 +470,7 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
   }};
   const std::string addr = (*fake)->Address();
   std::string resolve;
-  for (const char* h : {"api.anthropic.com", "platform.claude.com", "console.anthropic.com",
+  for (const char* h : {"api.anthropic.com", "platform.claude.com", "console.anthropic.com", "claude.com",
                         "auth.openai.com", "chatgpt.com", "elsewhere.example"}) {
     resolve += std::string(resolve.empty() ? "" : ",") + h + ":443=" + addr;
   }
@@ -417,16 +532,16 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
   int code = -1;
   auto cj = json::parse(Exec("cat ~/.claude/.credentials.json"), nullptr, false);
   ASSERT_TRUE(cj.is_object()) << Exec("ls -la ~ ~/.claude");
-  const std::string claude_access_ph = cj["claudeAiOauth"].value("accessToken", "");
-  const std::string claude_refresh_ph = cj["claudeAiOauth"].value("refreshToken", "");
+  std::string claude_access_ph = cj["claudeAiOauth"].value("accessToken", "");
+  std::string claude_refresh_ph = cj["claudeAiOauth"].value("refreshToken", "");
   EXPECT_TRUE(StartsWith(claude_access_ph, "sk-ant-oat01-")) << claude_access_ph;
   EXPECT_TRUE(StartsWith(claude_refresh_ph, "sk-ant-ort01-")) << claude_refresh_ph;
   EXPECT_NE(claude_access_ph, claude.access());
   auto xj = json::parse(Exec("cat ~/.codex/auth.json"), nullptr, false);
   ASSERT_TRUE(xj.is_object());
-  const std::string codex_access_ph = xj["tokens"].value("access_token", "");
-  const std::string codex_refresh_ph = xj["tokens"].value("refresh_token", "");
-  const std::string codex_sig_ph(vault::JwtSignature(codex_access_ph));
+  std::string codex_access_ph = xj["tokens"].value("access_token", "");
+  std::string codex_refresh_ph = xj["tokens"].value("refresh_token", "");
+  std::string codex_sig_ph(vault::JwtSignature(codex_access_ph));
   ASSERT_FALSE(codex_sig_ph.empty()) << codex_access_ph;
   EXPECT_NE(codex_sig_ph, vault::JwtSignature(codex.access()));
 
@@ -461,6 +576,101 @@ TEST_F(OauthVmTest, RealClaudeAndCodexUseImportedLoginsRefreshOnTheHostAndHoldOn
     }
   }
   EXPECT_EQ(claude.refreshes() + codex.refreshes(), 0) << "no refresh needed yet";
+
+  // 1c. The clients' own logins, typed on a terminal as a person would (`cloister exec -i -t`),
+  //     replacing the imported ones. Claude Code 2.1.332: `claude auth login` prints the
+  //     authorize URL (PKCE S256, state; redirect: the manual callback page) and asks "Paste code
+  //     here if prompted >"; the person's browser (curl on the host) opens the URL, the fake's
+  //     authorize page sends it to the callback page with the code, the person pastes CODE#STATE.
+  //     Codex 0.171.0: `codex login --device-auth` prints a URL and a one-time code; the person
+  //     enters the code at the page (the fake's ApproveDevice) and Codex, polling, gets the
+  //     authorization code. Each exchange goes through the proxy's capture: the fakes issue new
+  //     real tokens, the vault keeps them, the clients write placeholders.
+  const std::string login_env = "cd ~ && CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 "
+                                "DISABLE_AUTOUPDATER=1 ";
+  {
+    t0 = Clock::now();
+    // 2.1.332 prints a short link (claude.ai/oauth/authorize?<client and scope bits><code
+    // challenge>, no state or redirect: claude.ai expands it); the full authorize URL is the
+    // client's own switch CLAUDE_CODE_FULL_SIGN_IN_LINK (the fake does not expand short links).
+    Terminal term = OpenTerminal(login_env + "CLAUDE_CODE_FULL_SIGN_IN_LINK=1 "
+                                 "/opt/clis/claude auth login");
+    const std::string url = ReadUntil(
+        term, "(https://[^\\s]*/oauth/authorize\\?[^\\s]+)[\\s\\S]*Paste code here",
+        std::chrono::seconds(300));
+    ASSERT_FALSE(url.empty()) << Plain(term.screen) << dump();
+    EXPECT_NE(url.find("code_challenge_method=S256"), std::string::npos) << url;
+    RunOptions o;
+    o.timeout = std::chrono::seconds(60);
+    const std::string host = url.substr(8, url.find('/', 8) - 8);
+    auto browser = RunProcess({"curl", "-sS", "-o", "/dev/null", "-w", "%{redirect_url}",
+                               "--cacert", ca_file, "--connect-to", host + ":443:" + addr, url},
+                              o);
+    ASSERT_TRUE(browser.ok() && browser->exit_code == 0)
+        << (browser.ok() ? browser->err : browser.error().ToString());
+    // The callback page shows CODE#STATE (the authorize page's code and the URL's state).
+    std::smatch cm;
+    const std::string landed = browser->out;
+    ASSERT_TRUE(std::regex_search(landed, cm, std::regex("[?&]code=([^&]+)&state=([^&]+)")))
+        << landed;
+    EXPECT_EQ(landed.rfind("https://platform.claude.com/oauth/code/callback?", 0), 0u) << landed;
+    Type(term, cm[1].str() + "#" + cm[2].str() + "\r");
+    EXPECT_NE(ReadUntil(term, "Login successful", std::chrono::seconds(300)), "")
+        << Plain(term.screen) << dump();
+    EXPECT_EQ(Close(term, std::chrono::seconds(120)), 0) << Plain(term.screen);
+    std::cerr << "[ figures ] claude auth login on a terminal: "
+              << std::chrono::duration<double>(Clock::now() - t0).count() << " s\n";
+    EXPECT_EQ(claude.logins(), 1) << dump();
+    for (const std::string& t : claude.issued()) {
+      EXPECT_EQ(term.screen.find(t), std::string::npos) << "a real token on the terminal";
+    }
+  }
+  {
+    t0 = Clock::now();
+    Terminal term = OpenTerminal("cd ~ && /opt/clis/codex login --device-auth");
+    const std::string user_code = ReadUntil(
+        term, "one-time code[^\\n]*\\n[^A-Z0-9]*([A-Z0-9]+-[A-Z0-9]+)", std::chrono::seconds(300));
+    ASSERT_FALSE(user_code.empty()) << Plain(term.screen) << dump();
+    EXPECT_NE(Plain(term.screen).find("https://auth.openai.com/codex/device"), std::string::npos)
+        << Plain(term.screen);
+    EXPECT_TRUE(codex.ApproveDevice(user_code)) << user_code;  // typed at the device page
+    EXPECT_EQ(Close(term, std::chrono::seconds(300)), 0) << Plain(term.screen) << dump();
+    std::cerr << "[ figures ] codex login --device-auth on a terminal: "
+              << std::chrono::duration<double>(Clock::now() - t0).count() << " s\n";
+    EXPECT_EQ(codex.logins(), 1) << Plain(term.screen) << dump();
+    for (const std::string& t : codex.issued()) {
+      EXPECT_EQ(term.screen.find(t), std::string::npos) << "a real token on the terminal";
+    }
+  }
+  // The files the clients wrote: placeholders of the captured logins (the slots' shapes), none
+  // of the real tokens the fakes issued.
+  cj = json::parse(Exec("cat ~/.claude/.credentials.json"), nullptr, false);
+  ASSERT_TRUE(cj.is_object() && cj["claudeAiOauth"].is_object());
+  claude_access_ph = cj["claudeAiOauth"].value("accessToken", "");
+  claude_refresh_ph = cj["claudeAiOauth"].value("refreshToken", "");
+  EXPECT_TRUE(StartsWith(claude_access_ph, "sk-ant-oat01-")) << claude_access_ph;
+  EXPECT_TRUE(StartsWith(claude_refresh_ph, "sk-ant-ort01-")) << claude_refresh_ph;
+  xj = json::parse(Exec("cat ~/.codex/auth.json"), nullptr, false);
+  ASSERT_TRUE(xj.is_object() && xj["tokens"].is_object());
+  codex_access_ph = xj["tokens"].value("access_token", "");
+  codex_refresh_ph = xj["tokens"].value("refresh_token", "");
+  codex_sig_ph = std::string(vault::JwtSignature(codex_access_ph));
+  ASSERT_FALSE(codex_sig_ph.empty()) << codex_access_ph;
+  {
+    const std::string written = cj.dump() + xj.dump();
+    for (FakeProvider* p : {&claude, &codex}) {
+      for (const std::string& t : p->issued()) {
+        EXPECT_EQ(written.find(t), std::string::npos) << "a real token in a client's file";
+        std::string_view sig = vault::JwtSignature(t);
+        if (!sig.empty()) {
+          EXPECT_EQ(written.find(sig), std::string::npos);
+        }
+      }
+    }
+  }
+  // Their real API calls are 1b's: with the typed logins' tokens expired, each client refreshes
+  // through the host (the fakes rotate only the typed logins' refresh tokens) and is answered
+  // (the fakes take only the refreshed real tokens). A call in between would add minutes.
 
   // 1b. Forced expiry: both access tokens now get 401. Each client refreshes through the host
   //     and retries; the fakes hold the retried answer in the middle while the test scans.
