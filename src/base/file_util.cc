@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +23,19 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
     off += static_cast<size_t>(n);
   }
   return OkStatus();
+}
+
+std::string DrainFdBounded(int fd, size_t max_bytes) {
+  std::string out;
+  char buf[8192];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    size_t room = max_bytes - std::min(max_bytes, out.size());
+    out.append(buf, std::min(room, static_cast<size_t>(n)));
+  }
+  return out;
 }
 
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, Follow follow) {

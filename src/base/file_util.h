@@ -34,6 +34,11 @@ enum class Follow { kSymlinks, kNoSymlinks /* O_NOFOLLOW: a symlink at `path` is
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
                                     Follow follow = Follow::kSymlinks);
 
+// Reads `fd` to its end (EINTR retried) and returns at most the first `max_bytes`; the rest is
+// read and dropped, so a writer on the other end of a pipe never blocks on a full pipe. A read
+// error ends the read like end of file. For output of a child process that must stay bounded.
+std::string DrainFdBounded(int fd, size_t max_bytes);
+
 // Sends all of `data` on the connected unix socket `sock`; if `pass_fd` >= 0 it travels with the
 // first byte as SCM_RIGHTS. `what` names the peer in the error.
 Status SendAllWithFd(int sock, std::string_view data, int pass_fd, const std::string& what);

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -118,6 +119,34 @@ TEST(FileUtilTest, ReadFileBoundedReadsUpToTheLimitAndRefusesMore) {
   auto nofollow = ReadFileBounded(link, content.size(), Follow::kNoSymlinks);
   EXPECT_FALSE(nofollow.ok());
   std::filesystem::remove_all(dir);
+}
+
+// The writer sends more than a pipe holds: the drain keeps reading (the writer never blocks), keeps
+// only the first max_bytes and returns at end of file.
+TEST(FileUtilTest, DrainFdBoundedKeepsTheFirstBytesAndReadsToTheEnd) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string chunk(4096, 'a');
+    for (int i = 0; i < 64; ++i) {  // 256 KiB, four times a pipe's default capacity
+      chunk[0] = static_cast<char>('0' + i % 10);
+      if (write(fds[1], chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size())) _exit(1);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got = DrainFdBounded(fds[0], 5000);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the writer blocked or failed";
+  ASSERT_EQ(got.size(), 5000u);
+  EXPECT_EQ(got[0], '0');
+  EXPECT_EQ(got[4096], '1');
+  EXPECT_EQ(DrainFdBounded(-1, 10), "");
 }
 
 TEST(FlockGuardTest, HoldsAnExclusiveLockUntilDestroyedAndCreatesTheFile) {

@@ -340,15 +340,8 @@ Result<std::string> RemoteOutput(const RemoteTarget& t, const std::vector<std::s
     close(fds[0]);
     return pid.error();
   }
-  std::string out;
-  char buf[8192];
-  while (true) {
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    // SECURITY: what a remote prints is bounded here (it is JSON for this side to parse).
-    if (out.size() < (16u << 20)) out.append(buf, static_cast<size_t>(n));
-  }
+  // SECURITY: what a remote prints is bounded here (it is JSON for this side to parse).
+  std::string out = DrainFdBounded(fds[0], (16u << 20));
   close(fds[0]);
   *exit_code = WaitRemote(t, *pid);
   return out;

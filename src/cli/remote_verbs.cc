@@ -892,15 +892,8 @@ Result<json> QuietRemoteJson(const RemoteTarget& t, const std::vector<std::strin
   *pid_out = pid;
   close(fds[1]);
   if (null_fd >= 0) close(null_fd);
-  std::string out;
-  char buf[8192];
-  while (true) {
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    // SECURITY: the remote's answer is bounded here and parsed field by field below.
-    if (out.size() < (1u << 20)) out.append(buf, static_cast<size_t>(n));
-  }
+  // SECURITY: the remote's answer is bounded here and parsed field by field below.
+  std::string out = DrainFdBounded(fds[0], (1u << 20));
   close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
