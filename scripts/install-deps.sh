@@ -5,7 +5,7 @@ set -euo pipefail
 level="${1:-test}"
 export DEBIAN_FRONTEND=noninteractive
 
-build_pkgs=(build-essential cmake ninja-build pkg-config git
+build_pkgs=(build-essential cmake ninja-build mold pkg-config git
   libssl-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libseccomp-dev libext2fs-dev libarchive-dev liblzma-dev)
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
