@@ -8,6 +8,7 @@
 # Usage: scripts/bench-smoke.sh [BUILD_DIR]   (default: $CLOISTER_BUILD_DIR or build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/jobs.sh
 BUILD="${1:-${CLOISTER_BUILD_DIR:-build}}"
 JOBS="${CLOISTER_BENCH_JOBS:-$(nproc)}"
 dir="$BUILD/bench"
@@ -26,7 +27,7 @@ for b in "$dir"/*; do
     continue
   fi
   names+=("$name")
-  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  wait_for_slot "$JOBS"
   (
     start=$(date +%s)
     # A bound per bench: a hung measured path is a failure, not a stuck CI job.

@@ -9,6 +9,7 @@
 # Cost: ~1-2 minutes to build plus SECONDS per target, JOBS targets at a time (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/jobs.sh
 BUILD="${CLOISTER_FUZZ_BUILD_DIR:-build-fuzz}"
 SECONDS_EACH="${CLOISTER_FUZZ_SECONDS:-20}"
 JOBS="${CLOISTER_FUZZ_JOBS:-$(nproc)}"
@@ -49,7 +50,7 @@ run_one() {
   grep -E "^#[0-9]+.*DONE" "$work/$t.fuzz.log" | tail -n 1 || true
 }
 for t in "${targets[@]}"; do
-  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  wait_for_slot "$JOBS"
   ( rc=0; run_one "$t" >"$work/$t.out" 2>&1 || rc=$?; echo "$rc" >"$work/$t.status" ) &
 done
 wait
