@@ -108,13 +108,16 @@ TestSshd& TestSshd::operator=(TestSshd&& other) noexcept {
 
 TestSshd::~TestSshd() { Stop(); }
 
-void TestSshd::Stop() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGTERM);
-  // Not our child (sshd daemonised): wait for it to go, bounded, so the caller can remove dir.
-  for (int i = 0; i < 250 && kill(pid_, 0) == 0; ++i) {
+void StopDaemon(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 250 && kill(pid, 0) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+void TestSshd::Stop() {
+  StopDaemon(pid_);  // sshd daemonised: not our child
   pid_ = -1;
 }
 

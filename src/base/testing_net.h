@@ -14,6 +14,11 @@ namespace cloister::testnet {
 // Another process can take it before the caller binds: callers that start servers retry.
 int FreeLoopbackPort();
 
+// Stops a daemon that is not the caller's child (ssh-agent, sshd after they fork away): SIGTERM,
+// then waits, bounded at 5 s, until the pid is gone, so that the files it removes on exit (its
+// socket, its pid file) are gone before the caller removes their directory.
+void StopDaemon(pid_t pid);
+
 struct SshdOptions {
   std::string dir;              // owned by the caller; holds hostkey*, sshd_config, sshd.pid/.log
   std::string authorized_keys;  // the text of its AuthorizedKeysFile

@@ -208,9 +208,11 @@ BrowserSupervisor::BrowserSupervisor(BrowserOptions options)
 }
 
 BrowserSupervisor::~BrowserSupervisor() {
-  stop_ = true;
-  pid_t pid = pid_;
-  if (pid > 0) kill(-pid, SIGKILL);
+  {
+    std::lock_guard<std::mutex> g(spawn_mu_);
+    stop_ = true;
+    if (pid_ > 0) kill(-pid_, SIGKILL);
+  }
   if (thread_.joinable()) thread_.join();
 }
 
@@ -332,21 +334,30 @@ void BrowserSupervisor::Loop() {
   int quick_deaths = 0;
   while (!stop_) {
     auto t0 = Clock::now();
-    auto pid = SpawnChromium();
+    Result<pid_t> pid = Error(ErrorCode::kInternal, "not started");
+    {
+      std::lock_guard<std::mutex> g(spawn_mu_);
+      if (stop_) break;
+      pid = SpawnChromium();
+      if (pid.ok()) pid_ = *pid;
+    }
     if (!pid.ok()) {
       o_.log("browser: cannot start chromium: " + pid.error().message());
     } else {
-      pid_ = *pid;
       ++starts_;
       o_.log("browser: chromium started (pid " + std::to_string(*pid) + ", DevTools on 127.0.0.1:" +
              std::to_string(o_.config.cdp_port) + ")");
       int status = 0;
       while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
       }
-      pid_ = -1;
+      {
+        // The rest of its process group (zygote, renderers) goes with it; the group id stays
+        // Chromium's while any member lives, so this kill cannot reach a reused pid.
+        std::lock_guard<std::mutex> g(spawn_mu_);
+        pid_ = -1;
+        kill(-*pid, SIGKILL);
+      }
       if (stop_) break;
-      // The rest of its process group (zygote, renderers) goes with it.
-      kill(-*pid, SIGKILL);
       std::string how = WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
                                           : "killed by signal " + std::to_string(WTERMSIG(status));
       o_.log("browser: chromium " + how + "; its log ends: " + Trim(Tail(paths_.log, 600)));

@@ -123,7 +123,11 @@ class BrowserSupervisor {
   std::atomic<int> starts_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> gave_up_{false};
-  std::atomic<pid_t> pid_{-1};
+  // Held while Chromium is spawned and while its pid is set or cleared, and by the destructor
+  // while it sets stop_ and kills: a stop that lands between the loop's check and the spawn
+  // would otherwise miss the child and wait for it to end on its own.
+  std::mutex spawn_mu_;
+  pid_t pid_ = -1;  // guarded by spawn_mu_
   std::thread thread_;
 };
 

@@ -26,6 +26,7 @@
 #include "base/file_util.h"
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_net.h"
 #include "guest/sshd.h"
 #include "sshagent/ide_keys.h"
 
@@ -103,8 +104,9 @@ class SshdOpenSshTest : public ::testing::Test {
     }
     if (acceptor_.joinable()) acceptor_.join();
     for (std::thread& t : sessions_) t.join();  // each sshd ends with its client
-    for (pid_t p : agents_) kill(p, SIGTERM);
-    if (!dir_.empty()) fs::remove_all(dir_);
+    for (pid_t p : agents_) testnet::StopDaemon(p);  // each unlinks its socket as it goes
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
   // The block `cloister ssh-config` writes, with socat as the ProxyCommand.

@@ -26,6 +26,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_net.h"
 #include "sshagent/ide_keys.h"
 #include "supervisor/testing.h"
 #include "vault/crypto.h"
@@ -39,7 +40,7 @@ using testing::Slurp;
 class SshdVmTest : public testing::CliVmTest {
  protected:
   void TearDown() override {
-    for (pid_t p : agents_) kill(p, SIGTERM);
+    for (pid_t p : agents_) testnet::StopDaemon(p);  // each unlinks its socket as it goes
     testing::CliVmTest::TearDown();
   }
 
