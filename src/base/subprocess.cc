@@ -1,12 +1,16 @@
 #include "base/subprocess.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +41,22 @@ bool ProgramExists(const std::string& program) {
     }
   }
   return false;
+}
+
+void CloexecFrom(int lowest) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, static_cast<unsigned>(lowest), ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+#endif
+  // Older kernels: every descriptor below the limit (getrlimit is a plain system call).
+  struct rlimit rl;
+  int max_fd = 1 << 16;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  }
+  for (int fd = lowest; fd < max_fd; ++fd) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
 }
 
 Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOptions& options) {
@@ -73,6 +93,7 @@ Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOpti
     dup2(in_pipe[0], 0);
     if (out_pipe[1] >= 0) dup2(out_pipe[1], 1);
     if (err_pipe[1] >= 0) dup2(err_pipe[1], 2);
+    CloexecFrom(3);
     if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) _exit(127);
     signal(SIGPIPE, SIG_DFL);
     environ = cenv.data();

@@ -45,4 +45,15 @@ Result<RunOutput> RunProcessChecked(const std::vector<std::string>& argv, const 
 // True if `program` is found in PATH.
 bool ProgramExists(const std::string& program);
 
+// For a child between fork() and exec (async-signal-safe): marks every descriptor from `lowest`
+// up close-on-exec, so the program starts with 0-2 and only the descriptors the caller clears the
+// flag on afterwards. Every fork-and-exec of cloister calls it (posix_spawn callers add
+// posix_spawn_file_actions_addclosefrom_np instead).
+// SECURITY: a library's descriptor opened without O_CLOEXEC (Boost.Asio opens its sockets and
+// accepts without it) must never reach a child: QEMU, which a hostile guest may compromise, would
+// hold the proxy's listener and its connections; a guest user's shell the agent's channel.
+// close_range(CLOSE_RANGE_CLOEXEC) (Linux 5.11), else one fcntl per descriptor below
+// RLIMIT_NOFILE (at most 2^20).
+void CloexecFrom(int lowest);
+
 }  // namespace cloister

@@ -1,11 +1,39 @@
 #include "base/subprocess.h"
 
-#include "base/strings.h"
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <set>
 
 #include <gtest/gtest.h>
 
+#include "base/strings.h"
+
 namespace cloister {
 namespace {
+
+// SECURITY: a descriptor this process opened without O_CLOEXEC (as Boost.Asio opens its sockets)
+// does not reach the child: the child's shell holds stdin, stdout and stderr only.
+TEST(SubprocessTest, TheChildGetsNoDescriptorOfOursButItsStdio) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);  // no SOCK_CLOEXEC, as asio
+  ASSERT_GE(listener, 3);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  int plain = open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+  ASSERT_GE(plain, 3);
+  auto r = RunProcess({"sh", "-c", "ls /proc/$$/fd"});
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  std::set<int> fds;
+  for (const std::string& l : Split(Trim(r->out), '\n')) fds.insert(std::stoi(l));
+  EXPECT_EQ(fds, (std::set<int>{0, 1, 2})) << r->out;
+  close(plain);
+  close(listener);
+}
 
 TEST(SubprocessTest, CapturesOutputAndExitCode) {
   auto r = RunProcess({"sh", "-c", "echo out; echo err >&2; exit 3"});

@@ -79,8 +79,12 @@ Result<int> RunInForeground(const std::vector<std::string>& args) {
   sigaddset(&dfl, SIGPIPE);
   posix_spawnattr_setsigdefault(&attr, &dfl);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // nothing of ours but stdio reaches ssh
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   int status = 0;
   if (rc == 0) {

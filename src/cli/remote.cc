@@ -18,6 +18,7 @@
 #include "base/file_util.h"
 #include "base/json_util.h"
 #include "base/strings.h"
+#include "base/subprocess.h"
 #include "cli/version.h"
 #include "sshagent/ide_keys.h"
 
@@ -299,7 +300,10 @@ int RunRemote(const RemoteTarget& t, const std::vector<std::string>& args) {
     std::cerr << "cloister: error: cannot start ssh: " << std::strerror(errno) << "\n";
     return 1;
   }
-  if (pid == 0) ExecSsh(argv);
+  if (pid == 0) {
+    CloexecFrom(3);
+    ExecSsh(argv);
+  }
   return WaitRemote(t, pid);
 }
 
@@ -312,7 +316,7 @@ Result<pid_t> SpawnRemote(const RemoteTarget& t, const std::vector<std::string>&
   if (pid == 0) {
     if (in_fd >= 0 && in_fd != STDIN_FILENO) dup2(in_fd, STDIN_FILENO);
     if (out_fd >= 0 && out_fd != STDOUT_FILENO) dup2(out_fd, STDOUT_FILENO);
-    // fds above stderr are CLOEXEC in this program (socketpairs, pipes made with O_CLOEXEC).
+    CloexecFrom(3);
     ExecSsh(argv);
   }
   return pid;

@@ -292,6 +292,7 @@ Result<Tunnel> StartTunnel(const RemoteTarget& t, const std::string& name, const
     dup2(null_fd, STDIN_FILENO);
     dup2(null_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    CloexecFrom(3);
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
     std::vector<char*> cargv;
@@ -687,6 +688,7 @@ int RemoteSsh(const RemoteTarget& t, const std::vector<std::string>& prefix, con
   pid_t pid = fork();
   if (pid < 0) return Fail(ErrnoError("fork", errno));
   if (pid == 0) {
+    CloexecFrom(3);
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
@@ -884,6 +886,7 @@ Result<json> QuietRemoteJson(const RemoteTarget& t, const std::vector<std::strin
     dup2(null_fd, STDIN_FILENO);
     dup2(fds[1], STDOUT_FILENO);
     dup2(null_fd, STDERR_FILENO);
+    CloexecFrom(3);
     signal(SIGINT, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     execvp(cargv[0], cargv.data());

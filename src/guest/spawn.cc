@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "base/strings.h"
+#include "base/subprocess.h"
 
 namespace cloister::guest {
 namespace {
@@ -153,6 +154,7 @@ Result<Spawned> Spawn(const SpawnSpec& spec) {
       dup2(out[1], 1);
       dup2(err[1], 2);
     }
+    CloexecFrom(3);  // the agent's channel and sockets stay the agent's
     if (spec.user) {
       if (setgroups(groups.size(), groups.data()) != 0) ChildFail(errpipe[1], kStageGroups);
       if (setgid(spec.user->gid) != 0) ChildFail(errpipe[1], kStageGid);

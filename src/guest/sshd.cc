@@ -158,6 +158,7 @@ void ServeSshd(int fd, const SshdOptions& o) {
   posix_spawn_file_actions_adddup2(&fa, fd, 0);
   posix_spawn_file_actions_adddup2(&fa, fd, 1);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);  // the agent's channel stays the agent's
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/subprocess.h"
+
 extern char** environ;
 
 namespace cloister::vm {
@@ -56,6 +58,7 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOpti
     dup2(null_fd, 0);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    CloexecFrom(3);  // then only keep_fds lose the flag
     for (int fd : options.keep_fds) {
       int flags = fcntl(fd, F_GETFD);
       if (flags >= 0) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
