@@ -17,11 +17,6 @@ constexpr std::string_view kBase32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 constexpr std::string_view kAlnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 constexpr std::string_view kMarker = "CLOISTER";
 
-void Wipe(std::string& s) {
-  if (!s.empty()) OPENSSL_cleanse(s.data(), s.size());
-  s.clear();
-}
-
 bool AllIn(std::string_view s, std::string_view alphabet) {
   return std::all_of(s.begin(), s.end(), [&](char c) { return alphabet.find(c) != std::string_view::npos; });
 }
@@ -51,11 +46,11 @@ Result<std::shared_ptr<CredentialCustody>> CredentialCustody::Create(TraceFn tra
 }
 
 CredentialCustody::~CredentialCustody() {
-  Wipe(key_);
+  vault::SecureWipe(key_);
   for (auto& e : entries_) {
-    Wipe(e->real.secret);
-    Wipe(e->real.session_token);
-    Wipe(e->real.token);
+    vault::SecureWipe(e->real.secret);
+    vault::SecureWipe(e->real.session_token);
+    vault::SecureWipe(e->real.token);
   }
 }
 
@@ -72,7 +67,7 @@ std::string CredentialCustody::Draw(std::string_view label, std::string_view val
     msg.push_back('\0');
     msg.append(std::to_string(counter));
     std::string block = vault::HmacSha256(key_, msg);
-    Wipe(msg);
+    vault::SecureWipe(msg);
     for (unsigned char b : block) {
       if (out.size() == n) break;
       if (b < limit) out.push_back(alphabet[b % m]);
@@ -87,9 +82,9 @@ void CredentialCustody::DropExpiredLocked(int64_t now) {
     if (e->real.expires_unix != 0 && e->real.expires_unix <= now) {
       by_key_id_.erase(e->guest.access_key_id);
       by_token_.erase(e->guest.token);
-      Wipe(e->real.secret);
-      Wipe(e->real.session_token);
-      Wipe(e->real.token);
+      vault::SecureWipe(e->real.secret);
+      vault::SecureWipe(e->real.session_token);
+      vault::SecureWipe(e->real.token);
       it = entries_.erase(it);
     } else {
       ++it;
@@ -156,15 +151,15 @@ Result<MintedPlaceholders> CredentialCustody::Add(MintedValues v) {
     }
     old->real.expires_unix = std::max(old->real.expires_unix, entry->real.expires_unix);
     MintedPlaceholders out = old->guest;
-    Wipe(entry->real.secret);
-    Wipe(entry->real.session_token);
-    Wipe(entry->real.token);
+    vault::SecureWipe(entry->real.secret);
+    vault::SecureWipe(entry->real.session_token);
+    vault::SecureWipe(entry->real.token);
     return out;
   }
   if (entries_.size() >= kMaxMinted) {
-    Wipe(entry->real.secret);
-    Wipe(entry->real.session_token);
-    Wipe(entry->real.token);
+    vault::SecureWipe(entry->real.secret);
+    vault::SecureWipe(entry->real.session_token);
+    vault::SecureWipe(entry->real.token);
     return Error(ErrorCode::kUnavailable,
                  "AWS credential custody: " + std::to_string(kMaxMinted) +
                      " minted credentials are already held for this VM",

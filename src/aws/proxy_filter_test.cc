@@ -5,17 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include "aws/doc_vectors.h"
 #include "vault/credential.h"
 
 namespace cloister::aws {
 namespace {
 
+using namespace doc;  // NOLINT: the documentation's vectors
+
 // AWS documentation examples (signed with kDocSecret; the Authorization header in the form the
 // re-signer writes it, ", " between fields), so the "guest" signatures are independent
 // of our signer: the filter configured with kDocSecret as the placeholder must accept them.
-constexpr char kDocSecret[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
-constexpr char kKeyId[] = "AKIAIOSFODNN7EXAMPLE";
-constexpr char kOtherSecret[] = "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1";
 constexpr char kDocGetSig[] = "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
 
 proxy::RequestHead DocGet(std::string host = "examplebucket.s3.amazonaws.com") {
@@ -30,10 +30,6 @@ proxy::RequestHead DocGet(std::string host = "examplebucket.s3.amazonaws.com") {
         "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
         "Signature=" + std::string(kDocGetSig)}}};
 }
-
-const char* kDocChunkSigs[] = {"ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648",
-                               "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497",
-                               "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9"};
 
 proxy::RequestHead DocChunked() {
   return proxy::RequestHead{
@@ -50,12 +46,6 @@ proxy::RequestHead DocChunked() {
        {"Content-Encoding", "aws-chunked"},
        {"x-amz-decoded-content-length", "66560"},
        {"Content-Length", "66824"}}};
-}
-
-std::string DocChunkedBody() {
-  return std::string("10000;chunk-signature=") + kDocChunkSigs[0] + "\r\n" + std::string(65536, 'a') +
-         "\r\n400;chunk-signature=" + kDocChunkSigs[1] + "\r\n" + std::string(1024, 'a') +
-         "\r\n0;chunk-signature=" + kDocChunkSigs[2] + "\r\n\r\n";
 }
 
 AwsProxyFilter Filter(const char* placeholder, const char* real,

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 
 #include "base/strings.h"
+#include "vault/crypto.h"
 
 namespace cloister::aws {
 namespace {
@@ -10,11 +11,6 @@ namespace {
 Error Denied(const std::string& what) {
   return Error(ErrorCode::kPermissionDenied, "AWS re-signing refused: " + what,
                "the guest must sign with the credentials cloister placed in it");
-}
-
-void Wipe(std::string& s) {
-  if (!s.empty()) OPENSSL_cleanse(s.data(), s.size());
-  s.clear();
 }
 
 bool IsHex64(std::string_view s) {
@@ -60,11 +56,11 @@ std::string RewriteQueryTarget(const std::string& target, const std::string& sig
 Resigner::Resigner(AwsSecrets secrets) : s_(std::move(secrets)) {}
 
 Resigner::~Resigner() {
-  Wipe(s_.secret);
-  Wipe(s_.session_token);
+  vault::SecureWipe(s_.secret);
+  vault::SecureWipe(s_.session_token);
   for (auto& [scope, keys] : keys_) {
-    Wipe(keys.first);
-    Wipe(keys.second);
+    vault::SecureWipe(keys.first);
+    vault::SecureWipe(keys.second);
   }
 }
 
@@ -75,8 +71,8 @@ std::pair<std::string, std::string> Resigner::Keys(const SigV4Auth& auth) const 
   if (it != keys_.end()) return it->second;
   if (keys_.size() >= kMaxCachedScopes) {
     for (auto& [s, keys] : keys_) {
-      Wipe(keys.first);
-      Wipe(keys.second);
+      vault::SecureWipe(keys.first);
+      vault::SecureWipe(keys.second);
     }
     keys_.clear();
   }
@@ -171,7 +167,7 @@ Result<Resigner::Verdict> Resigner::Finish(RequestHead& head, const SigV4Auth& a
     last_cr = std::move(cr);
   }
   if (!matched) {
-    Wipe(placeholder_key);
+    vault::SecureWipe(placeholder_key);
     return Denied("signature does not verify with the workspace's placeholder secret");
   }
 
@@ -202,8 +198,8 @@ Result<Resigner::Verdict> Resigner::Finish(RequestHead& head, const SigV4Auth& a
     v.chunks = std::make_unique<ChunkResigner>(std::move(placeholder_key), std::move(real_key),
                                                auth.amz_date, auth.Scope(), auth.signature, new_sig);
   } else {
-    Wipe(placeholder_key);
-    Wipe(real_key);
+    vault::SecureWipe(placeholder_key);
+    vault::SecureWipe(real_key);
   }
   return v;
 }
@@ -219,8 +215,8 @@ ChunkResigner::ChunkResigner(std::string placeholder_key, std::string real_key,
       prev_real_(std::move(real_seed)) {}
 
 ChunkResigner::~ChunkResigner() {
-  Wipe(placeholder_key_);
-  Wipe(real_key_);
+  vault::SecureWipe(placeholder_key_);
+  vault::SecureWipe(real_key_);
 }
 
 std::string ChunkResigner::ChunkSignature(std::string_view key, std::string_view prev,

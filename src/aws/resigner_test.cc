@@ -2,14 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "aws/doc_vectors.h"
 #include "base/strings.h"
 
 namespace cloister::aws {
 namespace {
 
-constexpr char kDocSecret[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
-constexpr char kKeyId[] = "AKIAIOSFODNN7EXAMPLE";
-constexpr char kOtherSecret[] = "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1";
+using namespace doc;  // NOLINT: the documentation's vectors
 
 AwsSecrets Secrets(std::string placeholder, std::string real, std::string ph_token = "",
                    std::string real_token = "") {
@@ -34,16 +33,6 @@ RequestHead DocChunkedHead() {
        {"Content-Encoding", "aws-chunked"},
        {"x-amz-decoded-content-length", "66560"},
        {"Content-Length", "66824"}}};
-}
-
-const char* kDocChunkSigs[] = {"ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648",
-                               "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497",
-                               "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9"};
-
-std::string DocChunkedBody() {
-  return std::string("10000;chunk-signature=") + kDocChunkSigs[0] + "\r\n" + std::string(65536, 'a') +
-         "\r\n400;chunk-signature=" + kDocChunkSigs[1] + "\r\n" + std::string(1024, 'a') +
-         "\r\n0;chunk-signature=" + kDocChunkSigs[2] + "\r\n\r\n";
 }
 
 // Feeds `body` through the chunk re-signer in pieces of `piece` bytes.

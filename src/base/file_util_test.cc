@@ -1,4 +1,5 @@
 #include "base/file_util.h"
+#include "base/testing_file.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -23,12 +24,7 @@ std::string TempDir() {
   return mkdtemp(tmpl);
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testfile::Slurp;
 
 TEST(FileUtilTest, WriteFileAtomicReplacesContentAndSetsMode) {
   std::string dir = TempDir();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -42,6 +43,13 @@ T JsonInt(const nlohmann::json& doc, const char* key, T fallback) {
   auto it = doc.find(key);
   if (it == doc.end()) return fallback;
   return JsonIntOf<T>(*it).value_or(fallback);
+}
+
+// `doc[key]` when `doc` is an object and that value is a string, else "".
+inline std::string JsonString(const nlohmann::json& doc, const char* key) {
+  if (!doc.is_object()) return std::string();
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 }  // namespace cloister

@@ -13,7 +13,7 @@
 namespace cloister::catalog {
 namespace {
 
-struct MdCtxFree {
+struct Sha256CtxFree {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
 
@@ -23,7 +23,7 @@ Result<FileDigest> Sha256File(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open " + path, errno);
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  std::unique_ptr<EVP_MD_CTX, Sha256CtxFree> ctx(EVP_MD_CTX_new());
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     close(fd);
     return Error(ErrorCode::kInternal, "EVP_DigestInit failed");

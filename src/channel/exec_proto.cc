@@ -2,20 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "channel/big_endian.h"
+
 namespace cloister::channel {
 namespace {
 
-void PutU32(uint32_t v, std::string& out) {
-  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-               static_cast<char>(v)};
-  out.append(b, 4);
-}
-
-uint32_t GetU32(const unsigned char* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-Error Corrupt(const std::string& what) { return Error(ErrorCode::kCorrupt, "exec: " + what); }
+Error ExecCorrupt(const std::string& what) { return Error(ErrorCode::kCorrupt, "exec: " + what); }
 
 bool ValidEnvName(const std::string& name) {
   if (name.empty() || name.size() > 256) return false;
@@ -48,47 +40,47 @@ std::string EncodeExecRequest(const ExecRequest& r) {
 
 Result<ExecRequest> ParseExecRequest(std::string_view payload) {
   auto j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Corrupt("request is not a JSON object");
+  if (j.is_discarded() || !j.is_object()) return ExecCorrupt("request is not a JSON object");
   ExecRequest r;
   auto str = [&](const char* key, std::string& out) -> Status {
     if (!j.contains(key)) return OkStatus();
-    if (!j[key].is_string()) return Corrupt(std::string(key) + " must be a string");
+    if (!j[key].is_string()) return ExecCorrupt(std::string(key) + " must be a string");
     out = j[key].get<std::string>();
-    if (out.find('\0') != std::string::npos) return Corrupt(std::string(key) + " has a NUL byte");
+    if (out.find('\0') != std::string::npos) return ExecCorrupt(std::string(key) + " has a NUL byte");
     return OkStatus();
   };
   RETURN_IF_ERROR(str("cwd", r.cwd));
   RETURN_IF_ERROR(str("user", r.user));
   RETURN_IF_ERROR(str("term", r.term));
-  if (r.user.empty()) return Corrupt("user is empty");
+  if (r.user.empty()) return ExecCorrupt("user is empty");
   if (j.contains("argv")) {
     const auto& a = j["argv"];
-    if (!a.is_array() || a.size() > kExecMaxArgs) return Corrupt("argv must be a bounded array");
+    if (!a.is_array() || a.size() > kExecMaxArgs) return ExecCorrupt("argv must be a bounded array");
     for (const auto& e : a) {
-      if (!e.is_string()) return Corrupt("argv entries must be strings");
+      if (!e.is_string()) return ExecCorrupt("argv entries must be strings");
       std::string s = e.get<std::string>();
-      if (s.find('\0') != std::string::npos) return Corrupt("argv entry has a NUL byte");
+      if (s.find('\0') != std::string::npos) return ExecCorrupt("argv entry has a NUL byte");
       r.argv.push_back(std::move(s));
     }
   }
   if (j.contains("env")) {
     const auto& e = j["env"];
-    if (!e.is_object() || e.size() > kExecMaxEnv) return Corrupt("env must be a bounded object");
+    if (!e.is_object() || e.size() > kExecMaxEnv) return ExecCorrupt("env must be a bounded object");
     for (auto it = e.begin(); it != e.end(); ++it) {
-      if (!it.value().is_string() || !ValidEnvName(it.key())) return Corrupt("bad env entry");
+      if (!it.value().is_string() || !ValidEnvName(it.key())) return ExecCorrupt("bad env entry");
       std::string v = it.value().get<std::string>();
-      if (v.find('\0') != std::string::npos) return Corrupt("env value has a NUL byte");
+      if (v.find('\0') != std::string::npos) return ExecCorrupt("env value has a NUL byte");
       r.env[it.key()] = std::move(v);
     }
   }
   if (j.contains("tty")) {
-    if (!j["tty"].is_boolean()) return Corrupt("tty must be a boolean");
+    if (!j["tty"].is_boolean()) return ExecCorrupt("tty must be a boolean");
     r.tty = j["tty"].get<bool>();
   }
   for (auto [key, out] : {std::pair<const char*, uint16_t*>{"rows", &r.rows}, {"cols", &r.cols}}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_number_unsigned() || j[key].get<uint64_t>() > 0xffff) {
-      return Corrupt(std::string(key) + " must be 0..65535");
+      return ExecCorrupt(std::string(key) + " must be 0..65535");
     }
     *out = static_cast<uint16_t>(j[key].get<uint64_t>());
   }
@@ -105,7 +97,7 @@ std::string EncodeResize(uint16_t rows, uint16_t cols) {
 }
 
 Result<std::pair<uint16_t, uint16_t>> ParseResize(std::string_view p) {
-  if (p.size() != 4) return Corrupt("RESIZE payload must be 4 bytes");
+  if (p.size() != 4) return ExecCorrupt("RESIZE payload must be 4 bytes");
   auto* b = reinterpret_cast<const unsigned char*>(p.data());
   return std::pair<uint16_t, uint16_t>(static_cast<uint16_t>((b[0] << 8) | b[1]),
                                        static_cast<uint16_t>((b[2] << 8) | b[3]));
@@ -118,9 +110,9 @@ std::string EncodeSignal(int signo) {
 }
 
 Result<int> ParseSignal(std::string_view p) {
-  if (p.size() != 4) return Corrupt("SIGNAL payload must be 4 bytes");
+  if (p.size() != 4) return ExecCorrupt("SIGNAL payload must be 4 bytes");
   uint32_t v = GetU32(reinterpret_cast<const unsigned char*>(p.data()));
-  if (v < 1 || v > 64) return Corrupt("SIGNAL number out of range");
+  if (v < 1 || v > 64) return ExecCorrupt("SIGNAL number out of range");
   return static_cast<int>(v);
 }
 
@@ -133,17 +125,17 @@ std::string EncodeExit(const ExecExit& e) {
 
 Result<ExecExit> ParseExit(std::string_view p) {
   // SECURITY: guest-controlled; the value is range-checked so it is a valid process exit code.
-  if (p.size() != 5) return Corrupt("EXIT payload must be 5 bytes");
+  if (p.size() != 5) return ExecCorrupt("EXIT payload must be 5 bytes");
   auto* b = reinterpret_cast<const unsigned char*>(p.data());
   uint32_t v = GetU32(b + 1);
   ExecExit e;
   if (b[0] == 0) {
-    if (v > 255) return Corrupt("EXIT code out of range");
+    if (v > 255) return ExecCorrupt("EXIT code out of range");
   } else if (b[0] == 1) {
-    if (v < 1 || v > 64) return Corrupt("EXIT signal out of range");
+    if (v < 1 || v > 64) return ExecCorrupt("EXIT signal out of range");
     e.signaled = true;
   } else {
-    return Corrupt("EXIT has an unknown kind");
+    return ExecCorrupt("EXIT has an unknown kind");
   }
   e.value = static_cast<int>(v);
   return e;
@@ -162,7 +154,7 @@ Result<std::optional<ExecMessage>> ExecDecoder::Next() {
   // SECURITY: type and length are validated before the payload is buffered or copied.
   if (failed_) return *failed_;
   auto fail = [&](const std::string& why) -> Result<std::optional<ExecMessage>> {
-    failed_ = Corrupt(why);
+    failed_ = ExecCorrupt(why);
     return *failed_;
   };
   size_t avail = buffer_.size() - offset_;

@@ -3,23 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "channel/big_endian.h"
+
 namespace cloister::channel {
 namespace {
-
-void PutU32(uint32_t v, std::string& out) {
-  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-               static_cast<char>(v)};
-  out.append(b, 4);
-}
-
-void PutU16(uint16_t v, std::string& out) {
-  char b[2] = {static_cast<char>(v >> 8), static_cast<char>(v)};
-  out.append(b, 2);
-}
-
-uint32_t GetU32(const unsigned char* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
 
 // Bounded reader over a payload. Every Get checks the remaining length first.
 class Reader {

@@ -14,6 +14,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_file.h"
 #include "cli/testing.h"
 #include "sshagent/ide_keys.h"
 
@@ -22,10 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using testfile::Slurp;
 
 class SshConfigCliTest : public testing::SparseBaseTest {
  protected:

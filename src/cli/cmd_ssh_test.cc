@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "base/testing_file.h"
 #include "cli/cli.h"
 #include "cli/testing.h"
 #include "sshagent/ed25519_key.h"
@@ -29,10 +30,7 @@ namespace fs = std::filesystem;
 
 using testing::Outcome;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using testfile::Slurp;
 
 class SshCliTest : public testing::SparseBaseTest {
  protected:

@@ -27,6 +27,7 @@
 #include "base/strings.h"
 #include "base/subprocess.h"
 #include "base/testing_net.h"
+#include "base/testing_file.h"
 #include "guest/sshd.h"
 #include "sshagent/ide_keys.h"
 
@@ -35,12 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testfile::Slurp;
 
 class SshdOpenSshTest : public ::testing::Test {
  protected:

@@ -17,6 +17,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_file.h"
 #include "guest/agent.h"
 #include "guest/users.h"
 
@@ -26,12 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testfile::Slurp;
 
 void WriteExe(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;

@@ -41,7 +41,7 @@ namespace {
 
 using State = TransparentEgress::State;
 
-bool WriteAll(int fd, const char* p, size_t n) {
+bool SendAll(int fd, const char* p, size_t n) {
   while (n > 0) {
     ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
@@ -180,7 +180,7 @@ void ServeDnsTcp(std::shared_ptr<State> s, int fd) {
     framed.push_back(static_cast<char>(reply.size() >> 8));
     framed.push_back(static_cast<char>(reply.size() & 0xFF));
     framed += reply;
-    if (!WriteAll(fd, framed.data(), framed.size())) break;
+    if (!SendAll(fd, framed.data(), framed.size())) break;
   }
   close(fd);
   --s->dns_connections;
@@ -229,7 +229,7 @@ void Relay(int client, int stream) {
       } else if (n == 0) {
         client_open = false;
         shutdown(stream, SHUT_WR);
-      } else if (!WriteAll(stream, buf.data(), static_cast<size_t>(n))) {
+      } else if (!SendAll(stream, buf.data(), static_cast<size_t>(n))) {
         failed = true;
       }
     }
@@ -246,7 +246,7 @@ void Relay(int client, int stream) {
         }
       } else {
         from_host = true;
-        if (!WriteAll(client, buf.data(), static_cast<size_t>(n))) failed = true;
+        if (!SendAll(client, buf.data(), static_cast<size_t>(n))) failed = true;
       }
     }
   }
@@ -293,7 +293,7 @@ void HandleConnection(std::shared_ptr<State> s, int client) {
   }
   // The header goes first on the stream: written before the open, so it precedes client bytes.
   std::string header = TransparentHeader(*name, port);
-  if (!WriteAll(sp[1], header.data(), header.size())) {
+  if (!SendAll(sp[1], header.data(), header.size())) {
     close(sp[0]);
     close(sp[1]);
     Reset(client);

@@ -27,6 +27,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_file.h"
 #include "channel/mux.h"
 
 namespace cloister::guest {
@@ -35,12 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testfile::Slurp;
 
 // Reads one line (at most 300 bytes) from fd; "" on EOF or overflow.
 std::string ReadLine(int fd) {

@@ -8,24 +8,14 @@
 #include <filesystem>
 
 #include "catalog/sha256.h"
+#include "image/testing.h"
 
 namespace cloister::image {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/cloister-image-test-XXXXXX";
-    path_ = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 TEST(BuildUtilTest, DeterministicUuidIsStableAndShaped) {
   std::string a = DeterministicUuid("cloister-image/test/uuid");

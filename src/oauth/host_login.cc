@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "base/json_util.h"
 #include "vault/crypto.h"
 
 namespace cloister::oauth {
@@ -10,9 +11,6 @@ namespace {
 
 constexpr size_t kMaxLoginFile = 1 << 20;
 
-std::string Str(const nlohmann::json& j, const char* k) {
-  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
-}
 
 Error Malformed(const std::string& what, const std::string& hint) {
   return Error(ErrorCode::kInvalidArgument, what, hint);
@@ -70,8 +68,8 @@ Result<vault::Credential> LoginFromClaudeFile(std::string_view credentials_json,
   }
   const nlohmann::json& o = doc["claudeAiOauth"];
   vault::OauthLogin login;
-  login.refresh_token = Str(o, "refreshToken");
-  std::string access = Str(o, "accessToken");
+  login.refresh_token = JsonString(o, "refreshToken");
+  std::string access = JsonString(o, "accessToken");
   if (access.empty() || login.refresh_token.empty()) {
     return Malformed("the Claude login has no access or refresh token (a setup-token login?)",
                      "a long-lived `claude setup-token` token is an API credential: "
@@ -91,14 +89,14 @@ Result<vault::Credential> LoginFromClaudeFile(std::string_view credentials_json,
     // Claude Code 2.1.332 treats a login without user:inference as not a subscription login.
     return Malformed("the Claude login lacks the user:inference scope", hint);
   }
-  login.plan = Str(o, "subscriptionType");
-  login.rate_limit_tier = Str(o, "rateLimitTier");
+  login.plan = JsonString(o, "subscriptionType");
+  login.rate_limit_tier = JsonString(o, "rateLimitTier");
   login.last_refresh = now_unix;
   if (!claude_json.empty() && claude_json.size() <= kMaxLoginFile) {
     nlohmann::json cj = nlohmann::json::parse(claude_json, nullptr, false);
     if (cj.is_object() && cj.contains("oauthAccount")) {
-      login.account = Str(cj["oauthAccount"], "emailAddress");
-      if (login.account.empty()) login.account = Str(cj["oauthAccount"], "accountUuid");
+      login.account = JsonString(cj["oauthAccount"], "emailAddress");
+      if (login.account.empty()) login.account = JsonString(cj["oauthAccount"], "accountUuid");
     }
   }
   doc.clear();
@@ -113,7 +111,7 @@ Result<vault::Credential> LoginFromCodexFile(std::string_view auth_json, int64_t
   nlohmann::json doc = nlohmann::json::parse(auth_json, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return Malformed("Codex's auth.json is not JSON", hint);
   if (!doc.contains("tokens") || !doc["tokens"].is_object()) {
-    if (!Str(doc, "OPENAI_API_KEY").empty()) {
+    if (!JsonString(doc, "OPENAI_API_KEY").empty()) {
       return Malformed("Codex is logged in with an API key, not ChatGPT",
                        "take the key with `cloister cred add NAME openai`");
     }
@@ -121,10 +119,10 @@ Result<vault::Credential> LoginFromCodexFile(std::string_view auth_json, int64_t
   }
   const nlohmann::json& t = doc["tokens"];
   vault::OauthLogin login;
-  std::string access = Str(t, "access_token");
-  login.refresh_token = Str(t, "refresh_token");
-  login.id_token = Str(t, "id_token");
-  login.account_id = Str(t, "account_id");
+  std::string access = JsonString(t, "access_token");
+  login.refresh_token = JsonString(t, "refresh_token");
+  login.id_token = JsonString(t, "id_token");
+  login.account_id = JsonString(t, "account_id");
   if (access.empty() || login.refresh_token.empty() || login.id_token.empty()) {
     return Malformed("the ChatGPT login lacks a token (id, access or refresh)", hint);
   }
@@ -142,14 +140,14 @@ Result<vault::Credential> LoginFromCodexFile(std::string_view auth_json, int64_t
     nlohmann::json c = nlohmann::json::parse(*p, nullptr, false);
     vault::SecureWipe(p.value());
     if (c.is_object()) {
-      login.account = Str(c, "email");
+      login.account = JsonString(c, "email");
       const char* kAuth = "https://api.openai.com/auth";
       if (c.contains(kAuth) && c[kAuth].is_object()) {
-        login.plan = Str(c[kAuth], "chatgpt_plan_type");
-        if (login.account_id.empty()) login.account_id = Str(c[kAuth], "chatgpt_account_id");
+        login.plan = JsonString(c[kAuth], "chatgpt_plan_type");
+        if (login.account_id.empty()) login.account_id = JsonString(c[kAuth], "chatgpt_account_id");
       }
       if (login.account.empty() && c.contains("https://api.openai.com/profile")) {
-        login.account = Str(c["https://api.openai.com/profile"], "email");
+        login.account = JsonString(c["https://api.openai.com/profile"], "email");
       }
     }
   } else {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_util.h"
 #include "base/strings.h"
 #include "oauth/host_login.h"
 #include "oauth/token_body.h"
@@ -10,10 +11,6 @@
 namespace cloister::oauth {
 namespace {
 
-std::string Str(const nlohmann::json& j, const char* k) {
-  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>()
-                                                            : std::string();
-}
 
 Error Refused(const std::string& what) {
   return Error(ErrorCode::kInvalidArgument, "the provider's login answer " + what,
@@ -55,8 +52,8 @@ Result<vault::Credential> LoginFromTokenResponse(vault::CredentialKind kind,
     if (!inference) return Refused("lacks the user:inference scope (not a subscription login)");
     nlohmann::json j = nlohmann::json::parse(provider_body, nullptr, false);
     if (j.is_object() && j.contains("account")) {
-      login.account = Str(j["account"], "email_address");
-      if (login.account.empty()) login.account = Str(j["account"], "uuid");
+      login.account = JsonString(j["account"], "email_address");
+      if (login.account.empty()) login.account = JsonString(j["account"], "uuid");
     }
     j.clear();
   } else {
@@ -75,11 +72,11 @@ Result<vault::Credential> LoginFromTokenResponse(vault::CredentialKind kind,
     nlohmann::json c = nlohmann::json::parse(*id_claims, nullptr, false);
     vault::SecureWipe(id_claims.value());
     if (!c.is_object()) return Refused("has an id token whose claims are not JSON");
-    login.account = Str(c, "email");
+    login.account = JsonString(c, "email");
     const char* kAuth = "https://api.openai.com/auth";
     if (c.contains(kAuth) && c[kAuth].is_object()) {
-      login.plan = Str(c[kAuth], "chatgpt_plan_type");
-      login.account_id = Str(c[kAuth], "chatgpt_account_id");
+      login.plan = JsonString(c[kAuth], "chatgpt_plan_type");
+      login.account_id = JsonString(c[kAuth], "chatgpt_account_id");
     }
     c.clear();
     if (login.account.empty()) login.account = login.account_id;

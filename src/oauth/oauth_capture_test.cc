@@ -15,11 +15,7 @@ namespace {
 
 using testing::FakeProvider;
 
-struct Case {
-  bool jwt;
-  std::string api_host, api_path, token_host, token_path;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.api_host; }
+using Case = testing::ProviderCase;
 
 constexpr char kClaudeClientId[] = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
 constexpr char kCodexClientId[] = "app_EMoamEEZ73f0CkXaXp7hrann";

@@ -11,11 +11,7 @@ namespace cloister::oauth {
 namespace {
 
 
-struct Case {
-  bool jwt;
-  std::string api_host, api_path, token_host, token_path;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.api_host; }
+using Case = testing::ProviderCase;
 
 class OauthProxyTest : public ::testing::TestWithParam<Case>, public testing::OauthProxyRig {
  protected:

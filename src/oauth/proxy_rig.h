@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,13 @@
 #include "vault/placeholder.h"
 
 namespace cloister::oauth::testing {
+
+// One provider's parameters for the tests that run per provider (Claude, Codex).
+struct ProviderCase {
+  bool jwt;
+  std::string api_host, api_path, token_host, token_path;
+};
+inline void PrintTo(const ProviderCase& c, std::ostream* os) { *os << c.api_host; }
 
 struct OauthProxyRig {
   // The fake provider (`jwt`: ChatGPT, else Claude) behind an upstream answering with `handler`

@@ -11,6 +11,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing_file.h"
 #include "proxy/test_env.h"
 #include "vault/crypto.h"
 #include "vault/guest_files.h"
@@ -18,10 +19,7 @@
 namespace cloister::proxy::testing {
 namespace {
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using testfile::Slurp;
 
 // The environment a guest tool runs with: our CA, our proxy, no user config.
 RunOptions GuestEnv(ProxyEnv& env, const std::string& home) {

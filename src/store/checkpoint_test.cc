@@ -13,8 +13,8 @@ using testing::GuestReads;
 using testing::GuestWrite;
 using testing::SameGuestView;
 
-constexpr uint64_t kBaseSize = 256ull << 20;
-constexpr uint64_t kHomeSize = 128ull << 20;
+constexpr uint64_t kCheckpointBaseSize = 256ull << 20;
+constexpr uint64_t kCheckpointHomeSize = 128ull << 20;
 constexpr uint64_t kSysOff = 3 << 20;   // where tests write on the system disk
 constexpr uint64_t kHomeOff = 40 << 20;  // and in home
 
@@ -22,7 +22,7 @@ class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     base_ = tmp_.Sub("base.raw");
-    testing::MakeBaseImage(base_, kBaseSize);
+    testing::MakeBaseImage(base_, kCheckpointBaseSize);
     root_ = tmp_.Sub("store");
     StoreOptions o;
     o.clock = clock_.fn();
@@ -31,7 +31,7 @@ class CheckpointTest : public ::testing::Test {
     CreateRequest r;
     r.name = "dev";
     r.image = base_;
-    r.home_size = kHomeSize;
+    r.home_size = kCheckpointHomeSize;
     ASSERT_TRUE(store_->Create(r).ok());
   }
 

@@ -21,8 +21,8 @@ using layout::DiskFormat;
 using testing::GuestReads;
 using testing::GuestWrite;
 
-constexpr uint64_t kBaseSize = 64ull << 20;
-constexpr uint64_t kHomeSize = 64ull << 20;
+constexpr uint64_t kCrashBaseSize = 64ull << 20;
+constexpr uint64_t kCrashHomeSize = 64ull << 20;
 constexpr uint64_t kSysOff = 3 << 20;
 constexpr uint64_t kHomeOff = 40 << 20;
 
@@ -46,7 +46,7 @@ class CrashTest : public ::testing::TestWithParam<VerbCase> {
  public:
   void SetUp() override {
     base_ = tmp_.Sub("base.raw");
-    testing::MakeBaseImage(base_, kBaseSize);
+    testing::MakeBaseImage(base_, kCrashBaseSize);
     root_ = tmp_.Sub("store");
     template_ = tmp_.Sub("template");
   }
@@ -84,7 +84,7 @@ class CrashTest : public ::testing::TestWithParam<VerbCase> {
     CreateRequest r;
     r.name = "dev";
     r.image = base_;
-    r.home_size = kHomeSize;
+    r.home_size = kCrashHomeSize;
     Result<WorkspaceConfig> c = s.Create(r);
     ASSERT_TRUE(c.ok()) << c.error().ToString();
   }
@@ -189,7 +189,7 @@ const std::vector<VerbCase> kVerbs = {
        CreateRequest r;
        r.name = "dev";
        r.image = t.base_;
-       r.home_size = kHomeSize;
+       r.home_size = kCrashHomeSize;
        return OkOr(s.Create(r));
      },
      {ErrorCode::kAlreadyExists},
@@ -198,7 +198,7 @@ const std::vector<VerbCase> kVerbs = {
        ASSERT_EQ(list->size(), 1u);
        LiveDisks d = t.Disks(s, "dev");
        EXPECT_TRUE(testing::SameGuestView(d.system.path, d.system.format, t.base_, DiskFormat::kRaw));
-       EXPECT_EQ(Env::Default()->Stat(d.home.path)->apparent, kHomeSize);
+       EXPECT_EQ(Env::Default()->Stat(d.home.path)->apparent, kCrashHomeSize);
        EXPECT_TRUE(Env::Default()->Exists(s.Paths("dev").ssh_public_key));
      }},
     {"Reset",

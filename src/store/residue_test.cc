@@ -18,8 +18,8 @@ namespace {
 
 using layout::DiskFormat;
 
-constexpr uint64_t kBaseSize = 256ull << 20;
-constexpr uint64_t kHomeSize = 256ull << 20;
+constexpr uint64_t kResidueBaseSize = 256ull << 20;
+constexpr uint64_t kResidueHomeSize = 256ull << 20;
 const std::string kMarker = "CLOISTER-RESIDUE-CANARY-7f3a9c";
 
 // A fake .env, 4 KiB, every line carrying the marker.
@@ -77,23 +77,23 @@ class ResidueTest : public ::testing::TestWithParam<SystemDiskMode> {};
 TEST_P(ResidueTest, DeletedWorkspaceLeavesNothingForTheNext) {
   testing::TempDir tmp;
   std::string base = tmp.Sub("base.raw");
-  testing::MakeBaseImage(base, kBaseSize);
+  testing::MakeBaseImage(base, kResidueBaseSize);
   StoreOptions o;
   o.system_disk_mode = GetParam();
   auto store = std::move(Store::Open(tmp.Sub("store"), o)).value();
   CreateRequest req;
   req.name = "a";
   req.image = base;
-  req.home_size = kHomeSize;
+  req.home_size = kResidueHomeSize;
   ASSERT_TRUE(store->Create(req).ok());
   LiveDisks a = store->LiveDiskPaths("a", *store->LoadConfig("a"));
-  WriteCanaries(a.system, kBaseSize);
-  WriteCanaries(a.home, kHomeSize);
+  WriteCanaries(a.system, kResidueBaseSize);
+  WriteCanaries(a.home, kResidueHomeSize);
   // Sanity: the canary is there to be found in A, also after a checkpoint.
   ASSERT_GT(CountMarker(a.home.path, a.home.format, tmp.Sub("scan.raw")), 10);
   ASSERT_TRUE(store->CreateCheckpoint("a").ok());
   a = store->LiveDiskPaths("a", *store->LoadConfig("a"));
-  WriteCanaries(a.home, kHomeSize);
+  WriteCanaries(a.home, kResidueHomeSize);
   ASSERT_GT(CountMarker(a.home.path, a.home.format, tmp.Sub("scan.raw")), 10);
 
   ASSERT_TRUE(store->Remove("a").ok());
@@ -107,7 +107,7 @@ TEST_P(ResidueTest, DeletedWorkspaceLeavesNothingForTheNext) {
   // A fresh home image made the same way (same UUID and time: the store derives them from the
   // workspace id and creation time) is byte-identical to B's home.
   std::string fresh = tmp.Sub("fresh-home.img");
-  ASSERT_TRUE(MakeHomeImage(Env::Default(), fresh, kHomeSize,
+  ASSERT_TRUE(MakeHomeImage(Env::Default(), fresh, kResidueHomeSize,
                             DeriveUuid(b_cfg->id + "/home/2"), b_cfg->created)
                   .ok());
   EXPECT_TRUE(testing::SameGuestView(b.home.path, b.home.format, fresh, DiskFormat::kRaw));
