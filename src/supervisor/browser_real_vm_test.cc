@@ -204,6 +204,14 @@ class BrowserRealVmTest : public testing::CliVmTest {
     }
     return out;
   }
+  // The supervisor log's browser lines (how each stop flushed a kept profile), for a failure.
+  std::string BrowserLogLines() {
+    std::string out;
+    for (const std::string& l : Split(Cloister({"logs", "ws"}).out, '\n')) {
+      if (l.find("browser:") != std::string::npos) out += l + "\n";
+    }
+    return out;
+  }
   RunOutput StartBrowser(const std::string& image, bool keep_profile = false) {
     std::vector<std::string> args{"browser", "ws",     "start", "--image", image, "--memory",
                                   "1536",    "--cpus", "2",     "--json"};
@@ -452,7 +460,8 @@ TEST_F(BrowserRealVmTest, PlaywrightDrivesRealChromiumThroughTheWorkspaceProxy) 
   json survived = Drive("second");
   ASSERT_TRUE(survived.is_object());
   EXPECT_NE(survived.value("cookies_before", json::array()).dump().find(kCookie), std::string::npos)
-      << "the kept profile lost its cookie: " << survived.dump();
+      << "the kept profile lost its cookie: " << survived.dump() << "\n"
+      << BrowserLogLines();
   ASSERT_EQ(Cloister({"browser", "ws", "stop"}).exit_code, 0);
   EXPECT_EQ(testing::CountInFile(disk, kCookie), 0u) << "the cookie's value in plaintext on " << disk;
   EXPECT_EQ(testing::CountInFile(disk, "shop-page-text-9b1d"), 0u) << "page text on " << disk;
