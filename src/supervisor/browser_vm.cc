@@ -597,9 +597,8 @@ void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
     Status closed = !http_fd.ok() ? Status(http_fd.error())
                     : !ws_fd.ok() ? Status(ws_fd.error())
                                   : CloseChromiumOverDevTools(*http_fd, *ws_fd);
+    if (http_fd.ok() != ws_fd.ok()) close(http_fd.ok() ? *http_fd : *ws_fd);  // else taken over
     if (!closed.ok()) {
-      if (http_fd.ok() && !ws_fd.ok()) close(*http_fd);
-      if (ws_fd.ok() && !http_fd.ok()) close(*ws_fd);
       log("flushing the kept profile: " + closed.error().message() + "; SIGTERM instead");
       how = "SIGTERM";
     }
