@@ -17,16 +17,13 @@
 #include <random>
 #include <sstream>
 
-#include "base/file_util.h"
-#include "base/strings.h"
 #include "base/subprocess.h"
 #include "browser/profile_disk.h"
-#include "channel/exec_client.h"
 #include "protocol/contract.h"
 #include "store/config_section.h"
 #include "supervisor/boot_plan.h"
 #include "supervisor/control.h"
-#include "supervisor/devtools_close.h"
+#include "supervisor/kept_profile.h"
 #include "supervisor/qemu_launch.h"
 #include "supervisor/state.h"
 #include "supervisor/workspace.h"
@@ -546,80 +543,6 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   }
   return OkStatus();
 }
-
-namespace {
-
-// Runs `script` as root in the browser VM; its output (bounded), or why it could not run.
-Result<std::string> ExecInBrowserVm(const std::shared_ptr<channel::Mux>& mux,
-                                    const std::string& script) {
-  ASSIGN_OR_RETURN(int fd, mux->Open(protocol::kExecService, {}, std::chrono::seconds(10)));
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    close(fd);
-    return ErrnoError("pipe", errno);
-  }
-  channel::ExecRequest req;
-  req.argv = {"/bin/sh", "-c", script};
-  req.user = "root";
-  channel::ExecIo io;
-  io.in = -1;
-  io.out = out[1];
-  io.err = out[1];
-  auto r = channel::RunExec(fd, req, io);  // the scripts print a line: the pipe never fills
-  close(out[1]);
-  std::string said = Trim(DrainFdBounded(out[0], 4096));
-  close(out[0]);
-  close(fd);
-  if (!r.ok()) return r.error();
-  return said;
-}
-
-// A kept profile lives in Chromium's memory and the guest's page cache until written back: before
-// its QEMU is killed, Chromium is asked for its orderly shutdown over DevTools (Browser.close;
-// supervisor/devtools_close.h), which commits its cookie store; then the browser VM waits for
-// that Chromium to exit and syncs. SIGTERM is only the fallback: Chromium ends at once on it
-// without committing (the kept cookie was lost in CI, "chromium ended in 0 s"). The wait is for the
-// Chromium that ran (the oldest), since the agent restarts one. Bounded: a guest that does not
-// answer is killed anyway (the profile then loses what it had not written, never more).
-void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
-                      const std::function<void(const std::string&)>& log) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread([mux, done, log] {
-    auto pid = ExecInBrowserVm(mux, "pgrep -o -x chromium || true");
-    std::string p = pid.ok() ? *pid : "";
-    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) p = "";
-    std::string how = "Browser.close";
-    auto http_fd = mux->Open(protocol::kTcpService, {std::to_string(protocol::kBrowserCdpPort)},
-                             std::chrono::seconds(10));
-    auto ws_fd = mux->Open(protocol::kTcpService, {std::to_string(protocol::kBrowserCdpPort)},
-                           std::chrono::seconds(10));
-    Status closed = !http_fd.ok() ? Status(http_fd.error())
-                    : !ws_fd.ok() ? Status(ws_fd.error())
-                                  : CloseChromiumOverDevTools(*http_fd, *ws_fd);
-    if (http_fd.ok() != ws_fd.ok()) close(http_fd.ok() ? *http_fd : *ws_fd);  // else taken over
-    if (!closed.ok()) {
-      log("flushing the kept profile: " + closed.error().message() + "; SIGTERM instead");
-      how = "SIGTERM";
-    }
-    std::string script =
-        p.empty() ? std::string("sync; echo no chromium was running")
-                  : std::string(closed.ok() ? "" : "kill -TERM " + p + " 2>/dev/null; ") + "i=0; " +
-                        "while [ $i -lt 80 ] && kill -0 " + p + " 2>/dev/null; do sleep 0.25; " +
-                        "i=$((i+1)); done; sync; if kill -0 " + p + " 2>/dev/null; then " +
-                        "echo chromium " + p + " still running after 20 s; else echo chromium " +
-                        p + " ended in $((i / 4)) s after " + how + "; fi";
-    auto r = ExecInBrowserVm(mux, script);
-    log(r.ok() ? "flushed the kept profile: " + *r
-               : "flushing the kept profile: " + r.error().message());
-    done->set_value();
-  }).detach();
-  if (finished.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    log("flushing the kept profile: no answer in 30 s; killing the VM");
-  }
-}
-
-}  // namespace
 
 void BrowserVm::Teardown(const std::shared_ptr<Running>& run) {
   bool flush = false;
