@@ -24,20 +24,48 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using Local = asio::local::stream_protocol;
 
-constexpr size_t kMaxDevToolsAnswer = 64 * 1024;
-
-bool DevToolsPathIsSafe(const std::string& p) {
-  const std::string prefix = "/devtools/browser/";
-  if (p.size() <= prefix.size() || p.size() > 128 || p.compare(0, prefix.size(), prefix) != 0) {
+// Only what Chromium's browser target ever is (`/devtools/browser/<uuid>`): no `..`, `?`, `%`,
+// space or second target kind reaches the handshake's request line.
+bool DevToolsBrowserPathIsSafe(std::string_view p) {
+  constexpr std::string_view kPrefix = "/devtools/browser/";
+  if (p.size() <= kPrefix.size() || p.size() > 128 || p.substr(0, kPrefix.size()) != kPrefix) {
     return false;
   }
-  for (char c : p.substr(prefix.size())) {
+  for (char c : p.substr(kPrefix.size())) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
   }
   return true;
 }
 
 }  // namespace
+
+Result<std::string> BrowserTargetPath(std::string_view json_version_body) {
+  const Error none(ErrorCode::kCorrupt, "devtools /json/version names no browser target");
+  if (json_version_body.size() > kMaxDevToolsAnswer) return none;
+  nlohmann::json version = nlohmann::json::parse(json_version_body, nullptr, false);
+  std::string url = JsonString(version, "webSocketDebuggerUrl");
+  // The path starts at the first '/' after the scheme: one inside a longer path (the former
+  // `find("/devtools/")`) would let the guest prefix anything to it.
+  constexpr std::string_view kScheme = "ws://";
+  if (url.compare(0, kScheme.size(), kScheme) != 0) return none;
+  size_t slash = url.find('/', kScheme.size());
+  if (slash == std::string::npos) return none;
+  std::string path = url.substr(slash);
+  if (!DevToolsBrowserPathIsSafe(path)) return none;
+  return path;
+}
+
+Result<bool> IsBrowserCloseAnswer(std::string_view ws_message) {
+  if (ws_message.size() > kMaxDevToolsAnswer) {
+    return Error(ErrorCode::kCorrupt, "devtools: a WebSocket message over 64 KiB");
+  }
+  nlohmann::json answer = nlohmann::json::parse(ws_message, nullptr, false);
+  if (JsonInt<int>(answer, "id", 0) != 1) return false;  // an event, or not JSON: not the answer
+  if (answer.contains("error")) {
+    return Error(ErrorCode::kUnavailable, "devtools Browser.close refused");
+  }
+  return true;
+}
 
 Status CloseChromiumOverDevTools(int http_fd, int ws_fd) {
   asio::io_context io;
@@ -68,13 +96,7 @@ Status CloseChromiumOverDevTools(int http_fd, int ws_fd) {
     return Error(ErrorCode::kUnavailable,
                  "devtools /json/version answered " + std::to_string(parser.get().result_int()));
   }
-  nlohmann::json version = nlohmann::json::parse(parser.get().body(), nullptr, false);
-  std::string url = JsonString(version, "webSocketDebuggerUrl");
-  size_t at = url.find("/devtools/");
-  std::string path = at == std::string::npos ? "" : url.substr(at);
-  if (!DevToolsPathIsSafe(path)) {
-    return Error(ErrorCode::kCorrupt, "devtools /json/version names no browser target");
-  }
+  ASSIGN_OR_RETURN(std::string path, BrowserTargetPath(parser.get().body()));
   // 2. Browser.close; Chromium answers, then closes the WebSocket as it shuts down.
   websocket::stream<Local::socket> ws(std::move(ws_sock));
   ws.read_message_max(kMaxDevToolsAnswer);
@@ -83,18 +105,13 @@ Status CloseChromiumOverDevTools(int http_fd, int ws_fd) {
   const std::string close_cmd = R"({"id":1,"method":"Browser.close"})";
   ws.write(asio::buffer(close_cmd), ec);
   if (ec) return Error(ErrorCode::kUnavailable, "devtools Browser.close: " + ec.message());
+  // Events Chromium sends before its answer are skipped, a bounded number of them.
   for (int i = 0; i < 64; ++i) {
     beast::flat_buffer msg;
     ws.read(msg, ec);
     if (ec) return OkStatus();  // closed: Chromium is going
-    nlohmann::json answer =
-        nlohmann::json::parse(beast::buffers_to_string(msg.data()), nullptr, false);
-    if (JsonInt<int>(answer, "id", 0) == 1) {
-      if (answer.is_object() && answer.contains("error")) {
-        return Error(ErrorCode::kUnavailable, "devtools Browser.close refused");
-      }
-      return OkStatus();
-    }
+    ASSIGN_OR_RETURN(bool answered, IsBrowserCloseAnswer(beast::buffers_to_string(msg.data())));
+    if (answered) return OkStatus();
   }
   return Error(ErrorCode::kUnavailable, "devtools: no answer to Browser.close");
 }
