@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "base/file_util.h"
@@ -52,10 +53,24 @@ Result<std::string> ExecInBrowserVm(const std::shared_ptr<channel::Mux>& mux,
 // Chromium that ran (the oldest), since the agent restarts one. Bounded: a guest that does not
 // answer is killed anyway (the profile then loses what it had not written, never more).
 void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
-                      const std::function<void(const std::string&)>& log) {
+                      const std::function<void(const std::string&)>& log,
+                      std::chrono::seconds timeout) {
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> finished = done->get_future();
-  std::thread([mux, done, log] {
+  // The thread outlives this call when the guest is slow, and `log` may capture its caller (the
+  // BrowserVm, which can be gone by then): the thread logs only through this gate, which the
+  // caller closes before returning; a line in flight holds the gate's lock, so none is cut short.
+  struct LogGate {
+    std::mutex mu;
+    std::function<void(const std::string&)> log;
+  };
+  auto gate = std::make_shared<LogGate>();
+  gate->log = log;
+  auto say = [gate](const std::string& line) {
+    std::lock_guard<std::mutex> l(gate->mu);
+    if (gate->log) gate->log(line);
+  };
+  std::thread([mux, done, say] {
     auto pid = ExecInBrowserVm(mux, "pgrep -o -x chromium || true");
     std::string p = pid.ok() ? *pid : "";
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) p = "";
@@ -69,7 +84,7 @@ void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
                                   : CloseChromiumOverDevTools(*http_fd, *ws_fd);
     if (http_fd.ok() != ws_fd.ok()) close(http_fd.ok() ? *http_fd : *ws_fd);  // else taken over
     if (!closed.ok()) {
-      log("flushing the kept profile: " + closed.error().message() + "; SIGTERM instead");
+      say("flushing the kept profile: " + closed.error().message() + "; SIGTERM instead");
       how = "SIGTERM";
     }
     std::string script =
@@ -80,13 +95,16 @@ void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
                         "echo chromium " + p + " still running after 20 s; else echo chromium " +
                         p + " ended in $((i / 4)) s after " + how + "; fi";
     auto r = ExecInBrowserVm(mux, script);
-    log(r.ok() ? "flushed the kept profile: " + *r
+    say(r.ok() ? "flushed the kept profile: " + *r
                : "flushing the kept profile: " + r.error().message());
     done->set_value();
   }).detach();
-  if (finished.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    log("flushing the kept profile: no answer in 30 s; killing the VM");
+  if (finished.wait_for(timeout) != std::future_status::ready) {
+    log("flushing the kept profile: no answer in " + std::to_string(timeout.count()) +
+        " s; killing the VM");
   }
+  std::lock_guard<std::mutex> l(gate->mu);
+  gate->log = nullptr;  // the thread, if still running, logs nothing more
 }
 
 }  // namespace cloister::vm

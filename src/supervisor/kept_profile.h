@@ -4,6 +4,7 @@
 // profile disk instead of staying in the guest's page cache.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,11 +14,12 @@
 namespace cloister::vm {
 
 // Flushes the kept profile of the browser VM behind `mux` (running, READY), logging its outcome
-// through `log` (the supervisor log). Returns within about 30 s whatever the guest does: the VM is
+// through `log` (the supervisor log). Returns within `timeout` whatever the guest does: the VM is
 // killed after it anyway, and the profile then loses only what Chromium had not written. `log` is
-// copied: when the guest was slow, the flush's own thread still calls it after the return (once the
-// caller's stopping the mux ends its last exec).
+// never called after the return (the flush's thread, if the guest was slow, goes on silently until
+// the caller's stopping the mux ends its last exec).
 void FlushKeptProfile(const std::shared_ptr<channel::Mux>& mux,
-                      const std::function<void(const std::string&)>& log);
+                      const std::function<void(const std::string&)>& log,
+                      std::chrono::seconds timeout = std::chrono::seconds(30));
 
 }  // namespace cloister::vm
