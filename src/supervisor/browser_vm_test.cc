@@ -20,6 +20,7 @@
 #include <future>
 
 #include "supervisor/state.h"
+#include "supervisor/testing_mux.h"
 
 namespace cloister::vm {
 namespace {
@@ -160,15 +161,8 @@ TEST(BrowserVmTest, MetadataHasTheBrowserKeyNoHomeNoPlaceholdersAndOnlyTheProxyF
 // SECURITY: the browser VM's guest may open `proxy` and `egress` and nothing else: not the SSH
 // agent, not `cdp` (no path back to the workspace), not a host-opened name.
 TEST(BrowserVmTest, TheBrowserChannelOffersOnlyProxyAndEgress) {
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  channel::MuxOptions h;
-  h.role = channel::MuxRole::kHost;
-  channel::MuxOptions g;
-  g.role = channel::MuxRole::kGuest;
-  auto host = channel::Mux::Create(sv[0], h);
-  auto guest = channel::Mux::Create(sv[1], g);
-  ASSERT_TRUE(host.ok() && guest.ok());
+  auto [host, guest] = testing::MuxPair();
+  ASSERT_TRUE(host && guest);
   std::mutex mu;
   std::vector<std::string> served;
   auto handler = [&](const std::string& name) {
@@ -181,18 +175,18 @@ TEST(BrowserVmTest, TheBrowserChannelOffersOnlyProxyAndEgress) {
       close(fd);
     };
   };
-  RegisterBrowserServices(**host, handler("proxy"), handler("egress"));
-  ASSERT_TRUE((*host)->Start().ok());
-  ASSERT_TRUE((*guest)->Start().ok());
+  RegisterBrowserServices(*host, handler("proxy"), handler("egress"));
+  ASSERT_TRUE(host->Start().ok());
+  ASSERT_TRUE(guest->Start().ok());
   for (const char* name : {"proxy", "egress"}) {
-    auto fd = (*guest)->Open(name, {}, std::chrono::seconds(20));
+    auto fd = guest->Open(name, {}, std::chrono::seconds(20));
     ASSERT_TRUE(fd.ok()) << name << ": " << fd.error().ToString();
     char buf[2];
     EXPECT_EQ(read(*fd, buf, 2), 2) << name;
     close(*fd);
   }
   for (const char* name : {"ssh-agent", "cdp", "ports-report", "exec", "tcp", "sshd", ""}) {
-    auto fd = (*guest)->Open(name, {}, std::chrono::seconds(20));
+    auto fd = guest->Open(name, {}, std::chrono::seconds(20));
     EXPECT_FALSE(fd.ok()) << "the browser VM opened '" << name << "'";
     if (fd.ok()) close(*fd);
   }

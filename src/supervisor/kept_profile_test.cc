@@ -1,7 +1,6 @@
 // The kept profile's flush against a browser VM that does not answer (supervisor/kept_profile.h).
 #include "supervisor/kept_profile.h"
 
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 
 #include "channel/mux.h"
 #include "channel/exec_proto.h"
+#include "supervisor/testing_mux.h"
 
 namespace cloister::vm {
 namespace {
@@ -20,25 +20,18 @@ namespace {
 // SECURITY: a guest that stalls the flush past its bound must not make the flush's thread call
 // the caller's log afterwards (the caller, a BrowserVm being torn down, can be gone by then).
 TEST(KeptProfileTest, ASlowGuestGetsNoLogLineOutOfTheFlushAfterItReturned) {
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  channel::MuxOptions h;
-  h.role = channel::MuxRole::kHost;
-  channel::MuxOptions g;
-  g.role = channel::MuxRole::kGuest;
-  auto host = channel::Mux::Create(sv[0], h);
-  auto guest = channel::Mux::Create(sv[1], g);
-  ASSERT_TRUE(host.ok() && guest.ok());
+  auto [host, guest] = testing::MuxPair();
+  ASSERT_TRUE(host && guest);
   // The guest takes the exec stream and says nothing until released.
   std::mutex held_mu;
   std::vector<int> held;
-  (*guest)->RegisterService(channel::kExecService, [&](int fd, const std::vector<std::string>&) {
+  guest->RegisterService(channel::kExecService, [&](int fd, const std::vector<std::string>&) {
     std::lock_guard<std::mutex> l(held_mu);
     held.push_back(fd);
   });
-  ASSERT_TRUE((*guest)->Start().ok());
-  ASSERT_TRUE((*host)->Start().ok());
-  std::shared_ptr<channel::Mux> mux(std::move(*host));
+  ASSERT_TRUE(guest->Start().ok());
+  ASSERT_TRUE(host->Start().ok());
+  std::shared_ptr<channel::Mux> mux(std::move(host));
 
   struct Lines {
     std::mutex mu;
@@ -73,7 +66,7 @@ TEST(KeptProfileTest, ASlowGuestGetsNoLogLineOutOfTheFlushAfterItReturned) {
     held.clear();
   }
   mux->Stop();
-  (*guest)->Stop();
+  guest->Stop();
   std::lock_guard<std::mutex> l(seen->mu);
   EXPECT_EQ(seen->lines.size(), at_return)
       << "the flush logged after returning: " << seen->lines.back();
