@@ -28,6 +28,10 @@ constexpr size_t kOutboundHardCap = 1024 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 // Stale bytes skipped while waiting for the peer's HELLO before giving up.
 constexpr size_t kMaxPreHelloBytes = 16 * 1024 * 1024;
+// The host's HELLO is re-sent until answered: after 25 ms, then twice as long each time, at most
+// 500 ms apart. A resumed guest, or one whose port dropped the first, answers within a few ms of
+// seeing one; a fixed 500 ms made the first exec after a resume wait for the resend.
+constexpr auto kHelloResendFirst = std::chrono::milliseconds(25);
 constexpr auto kHelloResend = std::chrono::milliseconds(500);
 
 uint64_t RandomSession() {
@@ -637,12 +641,13 @@ class Mux::Impl {
       int timeout_ms = -1;
       if (opt_.role == MuxRole::kHost && !hello_received_) {
         auto since = std::chrono::steady_clock::now() - last_hello_;
-        if (since >= kHelloResend) {
+        if (since >= hello_resend_) {
           if (OutPending() < 4096) SendHello();  // the guest may have missed it (stale bytes)
+          hello_resend_ = std::min<std::chrono::steady_clock::duration>(hello_resend_ * 2, kHelloResend);
           continue;
         }
         timeout_ms = static_cast<int>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(kHelloResend - since).count()) + 1;
+            std::chrono::duration_cast<std::chrono::milliseconds>(hello_resend_ - since).count()) + 1;
       }
       int r = poll(pfds.data(), pfds.size(), timeout_ms);
       if (r < 0) {
@@ -749,6 +754,7 @@ class Mux::Impl {
   size_t discarded_ = 0;
   std::string ready_info_;
   std::chrono::steady_clock::time_point last_hello_;
+  std::chrono::steady_clock::duration hello_resend_ = kHelloResendFirst;
   struct PendingOpen {
     std::string service;
     std::vector<std::string> args;
