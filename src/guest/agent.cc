@@ -321,38 +321,33 @@ Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& e
   spec.cwd = cwd.empty() ? user.home : cwd;
   if (switch_user) spec.user = user;
   spec.stdin_null = true;
-  // `has-session` first so an existing session is kept.
-  SpawnSpec has = spec;
-  has.argv = {"tmux", "has-session", "-t", "cloister"};
-  for (const SpawnSpec* s : {&has, &spec}) {
-    ASSIGN_OR_RETURN(Spawned child, Spawn(*s));
-    std::string err;
-    char buf[4096];
-    while (true) {
-      ssize_t n = read(child.err, buf, sizeof buf);
-      if (n > 0) {
-        if (err.size() < 4096) err.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EAGAIN) {
-        pollfd p{child.err, POLLIN, 0};
-        poll(&p, 1, 1000);
-        continue;
-      }
-      break;
+  // One tmux process, not `has-session` and then `new-session` (each is a tmux client's start,
+  // ~0.1 s of guest time under TCG): an existing session is kept, since tmux refuses a second
+  // one of that name with "duplicate session: cloister" and changes nothing.
+  ASSIGN_OR_RETURN(Spawned child, Spawn(spec));
+  std::string err;
+  char buf[4096];
+  while (true) {
+    ssize_t n = read(child.err, buf, sizeof buf);
+    if (n > 0) {
+      if (err.size() < 4096) err.append(buf, static_cast<size_t>(n));
+      continue;
     }
-    int status = 0;
-    waitpid(child.pid, &status, 0);
-    for (int fd : {child.in, child.out, child.err, child.pidfd}) {
-      if (fd >= 0) close(fd);
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{child.err, POLLIN, 0};
+      poll(&p, 1, 1000);
+      continue;
     }
-    bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (s == &has && success) return OkStatus();  // already running
-    if (s == &spec && !success) {
-      return Error(ErrorCode::kUnavailable, "tmux new-session failed: " + Trim(err));
-    }
+    break;
   }
-  return OkStatus();
+  int status = 0;
+  waitpid(child.pid, &status, 0);
+  for (int fd : {child.in, child.out, child.err, child.pidfd}) {
+    if (fd >= 0) close(fd);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return OkStatus();
+  if (err.find("duplicate session") != std::string::npos) return OkStatus();  // already running
+  return Error(ErrorCode::kUnavailable, "tmux new-session failed: " + Trim(err));
 }
 
 Result<int> ListenOn(const std::string& spec, int* bound_port) {
@@ -445,7 +440,6 @@ int RunAgent(const AgentOptions& o) {
   }
   log(std::string(kVersion) + " starting for workspace '" + config->workspace + "' boot " +
       config->boot_id);
-  if (o.setup) ApplySetup(*config, o);
 
   // The coding agent (guest/tool.h): its installer starts once the terminal is proven (the proxy
   // forwarder listens by then); its window script is what the tmux session's first window runs.
@@ -466,20 +460,13 @@ int RunAgent(const AgentOptions& o) {
   std::atomic<bool> ready{false};
   std::string ready_info;
 
-  // Forwarded listeners live for the whole boot; connections go to the current session.
-  for (const auto& f : config->forwards) {
-    auto fd = ListenOn(f.listen);
-    if (!fd.ok()) {
-      log("forward " + f.listen + " -> " + f.service + ": " + fd.error().message());
-      continue;
-    }
-    std::thread(AcceptLoop, *fd, f.service, &shared, log).detach();
-    log("forwarding " + f.listen + " to host service " + f.service);
-  }
-
-  // Transparent egress: DNS, redirect rules and the listener, for the whole boot.
+  // Transparent egress: DNS, redirect rules and the listener, for the whole boot. Its setup
+  // (modprobe and nft: processes, most of the agent's setup on the default image) runs on a
+  // thread of its own beside the mounts and files below, and is joined before anything of the
+  // user's starts (the terminal probe, tmux, the tool's installer, a browser).
   std::unique_ptr<TransparentEgress> transparent;
-  if (config->transparent.enabled) {
+  std::thread transparent_setup;
+  if (config->transparent.enabled) transparent_setup = std::thread([&] {
     TransparentOptions to;
     to.service = config->transparent.service;
     to.port = static_cast<uint16_t>(config->transparent.port);
@@ -505,7 +492,22 @@ int RunAgent(const AgentOptions& o) {
     } else {
       log("egress: transparent mode not started: " + t.error().message());
     }
+  });
+
+  if (o.setup) ApplySetup(*config, o);
+
+  // Forwarded listeners live for the whole boot; connections go to the current session.
+  for (const auto& f : config->forwards) {
+    auto fd = ListenOn(f.listen);
+    if (!fd.ok()) {
+      log("forward " + f.listen + " -> " + f.service + ": " + fd.error().message());
+      continue;
+    }
+    std::thread(AcceptLoop, *fd, f.service, &shared, log).detach();
+    log("forwarding " + f.listen + " to host service " + f.service);
   }
+
+  if (transparent_setup.joinable()) transparent_setup.join();
 
   // A browser VM (guest/browser.h): Chromium instead of the terminal and tmux; READY once its
   // DevTools port accepts. If the profile cannot be mounted, no Chromium and no READY.
@@ -596,12 +598,39 @@ int RunAgent(const AgentOptions& o) {
       return;
     }
     auto env = CommandEnv(*user, cfg.env, {}, "xterm-256color");
-    auto t0 = std::chrono::steady_clock::now();
     auto secs = [](std::chrono::steady_clock::duration d) {
       char b[32];
       std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
       return std::string(b);
     };
+    // The tmux session (and the tool's installer, whose window script its first window runs)
+    // starts beside the terminal probe: neither needs the other, each is a few processes' start
+    // (~0.3 s of guest time under TCG), and READY waits for both.
+    std::thread session([&] {
+      auto s0 = std::chrono::steady_clock::now();
+      std::vector<std::string> window;
+      std::string window_name;
+      if (tool && !tool->package.empty()) {
+        std::map<std::string, std::string> root_env = {
+            {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};
+        for (const auto& [k, v] : cfg.env) root_env[k] = v;
+        std::vector<std::string> install_env;
+        for (const auto& [k, v] : root_env) install_env.push_back(k + "=" + v);
+        if (auto st = StartToolInstall(*tool, o.tool_paths, cfg.workdir, install_env); !st.ok()) {
+          log("tool " + cfg.tool + ": " + st.error().message());
+        } else {
+          log("tool " + cfg.tool + ": installer started (log " + o.tool_paths.log + ")");
+        }
+        window = ToolWindowCommand(*tool, o.tool_paths);
+        window_name = std::string(tool->name);
+      }
+      if (auto t = EnsureTmuxSession(*user, env, o.switch_user, cfg.workdir, window, window_name);
+          !t.ok()) {
+        log(t.error().message());
+      }
+      log("tmux session " + secs(std::chrono::steady_clock::now() - s0));
+    });
+    auto t0 = std::chrono::steady_clock::now();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
     Status st = OkStatus();
     do {
@@ -609,34 +638,13 @@ int RunAgent(const AgentOptions& o) {
       if (st.ok()) break;
       log("ready check: " + st.error().message() + " (retrying)");
     } while (std::chrono::steady_clock::now() < deadline);
+    const int64_t probe_ms = BootMs();
+    log("terminal probe " + secs(std::chrono::steady_clock::now() - t0));
+    session.join();
     if (!st.ok()) {
       log("ready check failed for good: not sending READY");
       return;
     }
-    auto t1 = std::chrono::steady_clock::now();
-    const int64_t probe_ms = BootMs();
-    std::vector<std::string> window;
-    std::string window_name;
-    if (tool && !tool->package.empty()) {
-      std::map<std::string, std::string> root_env = {
-          {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};
-      for (const auto& [k, v] : cfg.env) root_env[k] = v;
-      std::vector<std::string> install_env;
-      for (const auto& [k, v] : root_env) install_env.push_back(k + "=" + v);
-      if (auto st = StartToolInstall(*tool, o.tool_paths, cfg.workdir, install_env); !st.ok()) {
-        log("tool " + cfg.tool + ": " + st.error().message());
-      } else {
-        log("tool " + cfg.tool + ": installer started (log " + o.tool_paths.log + ")");
-      }
-      window = ToolWindowCommand(*tool, o.tool_paths);
-      window_name = std::string(tool->name);
-    }
-    if (auto t = EnsureTmuxSession(*user, env, o.switch_user, cfg.workdir, window, window_name);
-        !t.ok()) {
-      log(t.error().message());
-    }
-    log("terminal probe " + secs(t1 - t0) + ", tmux session " +
-        secs(std::chrono::steady_clock::now() - t1));
     std::lock_guard<std::mutex> l(shared.mu);
     const int64_t init_ms = std::min(InitStartMs(), agent_ms);
     std::string marks = TimingsSuffix(init_ms, agent_ms, setup_ms, probe_ms, BootMs());
