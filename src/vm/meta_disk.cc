@@ -110,9 +110,11 @@ Status BuildMetaDisk(const std::string& image_path, const std::string& agent_bin
     return st;
   }
   // Room for ext4 metadata: double the payload plus 4 MiB, rounded to MiB, at least 8 MiB.
+  // 4 KiB blocks: mke2fs picks 1 KiB for a file this small, and copies `-d`'s files a block per
+  // write (8.7 MB: 8,688 pwrites against 2,150; 0.10-0.11 s against 0.06-0.07 s of each boot).
   uint64_t size_mib = std::max<uint64_t>(8, (total * 2) / (1 << 20) + 4);
-  auto out = RunProcessChecked({"mkfs.ext4", "-q", "-F", "-L", kMetaLabel, "-O", "^has_journal",
-                                "-E", "root_owner=0:0", "-d", stage, image_path,
+  auto out = RunProcessChecked({"mkfs.ext4", "-q", "-F", "-b", "4096", "-L", kMetaLabel, "-O",
+                                "^has_journal", "-E", "root_owner=0:0", "-d", stage, image_path,
                                 std::to_string(size_mib) + "M"});
   cleanup();
   if (!out.ok()) return out.error().WithContext("build metadata disk");
