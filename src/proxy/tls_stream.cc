@@ -29,11 +29,23 @@ int BioRead(BIO* b, char* buf, size_t len, size_t* got) {
     *got = n;
     return 1;
   }
+  if (io->in_pos < io->in_end) {
+    size_t n = std::min(len, io->in_end - io->in_pos);
+    memcpy(buf, io->in.get() + io->in_pos, n);
+    io->in_pos += n;
+    *got = n;
+    return 1;
+  }
+  if (!io->in) io->in = std::make_unique_for_overwrite<char[]>(kTlsReadBuffer);
   for (;;) {
-    ssize_t r = ::recv(io->fd, buf, len, MSG_DONTWAIT);
+    ssize_t r = ::recv(io->fd, io->in.get(), kTlsReadBuffer, MSG_DONTWAIT);
     ++io->recvs;
     if (r > 0) {
-      *got = static_cast<size_t>(r);
+      size_t n = std::min(len, static_cast<size_t>(r));
+      memcpy(buf, io->in.get(), n);
+      io->in_pos = n;
+      io->in_end = static_cast<size_t>(r);
+      *got = n;
       return 1;
     }
     if (r == 0) {
@@ -146,9 +158,10 @@ SSL* NewSsl(SSL_CTX* ctx, TlsIo* io) {
     return nullptr;
   }
   SSL_set_bio(s, b, b);  // one BIO both ways; the SSL owns it
-  // Read-ahead into a buffer of kTlsReadBuffer: one recv takes several records.
-  SSL_set_read_ahead(s, 1);
-  SSL_set_default_read_buffer_len(s, kTlsReadBuffer);
+  // No read-ahead: OpenSSL asks the BIO for a record's header, then its body, served from the
+  // stream's buffer (one recv takes several records). With read-ahead OpenSSL memmoves whatever
+  // follows the record it reads to its buffer's front, for every record.
+  SSL_set_read_ahead(s, 0);
   // Whole writes (the BIO never refuses one), and buffers kept for the connection's life.
   SSL_clear_mode(s, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_RELEASE_BUFFERS);
   return s;

@@ -1,9 +1,12 @@
 // The proxy's TLS stream for both legs (the guest's TLS it terminates, the upstream's it opens), in
 // place of asio::ssl::stream. Same use (Beast reads and writes it; async_handshake; native_handle
 // for SNI and verification; next_layer), but its I/O is batched:
-//   reads   one recv() takes as much ciphertext as the socket holds (up to kTlsReadBuffer) straight
-//           into OpenSSL's read buffer (read-ahead), and one read_some returns as many records'
-//           plaintext as fit the caller's buffer; asio's stream did one recv per record (17 KiB)
+//   reads   one recv() takes as much ciphertext as the socket holds (up to kTlsReadBuffer) into
+//           the stream's own buffer, which OpenSSL reads one record at a time (no read-ahead: with
+//           it, OpenSSL moved every buffered byte to its buffer's front before each record, a
+//           quadratic memmove that was 6% of the proxy's CPU on a bulk download), and one
+//           read_some returns as many records' plaintext as fit the caller's buffer; asio's stream
+//           did one recv per record (17 KiB)
 //   writes  one write_some encrypts everything it is given (up to kTlsWriteBatch) into records and
 //           sends them with one send(); asio's did one record (16 KiB) and one send per call
 // and OpenSSL keeps its buffers (no SSL_MODE_RELEASE_BUFFERS: asio freed and reallocated them
@@ -24,13 +27,14 @@
 #include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <utility>
 
 namespace cloister::proxy {
 
-// OpenSSL's read buffer, the most one recv takes: four full records (16 KiB + 22 bytes each in
-// TLS 1.3) and room to spare.
+// The stream's ciphertext buffer, the most one recv takes: four full records (16 KiB + 22 bytes
+// each in TLS 1.3) and room to spare.
 inline constexpr size_t kTlsReadBuffer = 96 * 1024;
 inline constexpr size_t kTlsWriteBatch = 256 * 1024;  // plaintext one write_some takes at most
 
@@ -39,25 +43,32 @@ struct TlsIo {
   int fd = -1;
   std::string prefix;  // ciphertext read from the socket before the stream took it over
   size_t prefix_off = 0;
+  // Ciphertext one recv brought (kTlsReadBuffer, allocated at the first read), not yet handed to
+  // OpenSSL: [in_pos, in_end).
+  std::unique_ptr<char[]> in;
+  size_t in_pos = 0, in_end = 0;
   std::string out;       // ciphertext OpenSSL wrote, not yet sent
   std::string deferred;  // what a read produced while a write's send was in flight (key updates)
   bool sending = false;  // a write's send of `out` is in flight: appends go to `deferred`
   int read_errno = 0;    // the errno of a failed recv (0: none)
   bool eof = false;      // recv saw the end of the stream
   uint64_t recvs = 0, sends = 0;  // syscalls made (tests; the bench's figures)
+  // Ciphertext read from the socket that OpenSSL has not taken yet.
+  bool buffered() const { return prefix_off < prefix.size() || in_pos < in_end; }
 };
 
 namespace tls_detail {
 
-// A BIO over `io`: reads take `io->prefix` first, then recv(io->fd, MSG_DONTWAIT); writes append
-// to `io->out` (or `io->deferred`) and never block. The caller owns `io` (it outlives the BIO).
+// A BIO over `io`: reads take `io->prefix` first, then `io->in`, refilled by one
+// recv(io->fd, MSG_DONTWAIT) when empty; writes append to `io->out` (or `io->deferred`) and never
+// block. The caller owns `io` (it outlives the BIO).
 BIO* NewBio(TlsIo* io);
 // Non-blocking send of as much of `buf` as the socket takes; false on a hard error.
 bool TrySend(int fd, std::string& buf, uint64_t& sends);
 // The error of a failed SSL call (`ret` its return value), as asio::ssl::stream reports it: a
 // close_notify is asio::error::eof, an end of stream without one ssl::error::stream_truncated.
 boost::system::error_code SslError(SSL* ssl, int ret, const TlsIo& io);
-// SSL_new on `ctx` with the stream's settings (read-ahead, buffer sizes) and the BIO over `io`.
+// SSL_new on `ctx` with the stream's settings (buffers kept, whole writes) and the BIO over `io`.
 SSL* NewSsl(SSL_CTX* ctx, TlsIo* io);
 
 }  // namespace tls_detail
@@ -208,7 +219,7 @@ class BatchedTlsStream {
         char* p = static_cast<char*>(b.data());
         size_t left = b.size();
         while (left > 0) {
-          if (total > 0 && !SSL_has_pending(s->ssl_)) {
+          if (total > 0 && !SSL_has_pending(s->ssl_) && !s->io_.buffered()) {
             want_read = true;  // what there was is read; return it rather than recv again
             break;
           }

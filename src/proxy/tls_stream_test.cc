@@ -213,7 +213,7 @@ TEST_F(TlsStreamTest, ReadsTheSameBytesWhereverTheWireCutsTheRecords) {
 TEST_F(TlsStreamTest, OneReadReturnsEveryRecordThatArrived) {
   Establish();
   // Four full records, all queued on the socket before the read: asio's stream returned one
-  // record (16 KiB) per read; this one returns them all (one recv, OpenSSL's read-ahead).
+  // record (16 KiB) per read; this one returns them all (one recv into the stream's buffer).
   std::string plain = Pattern(64 * 1024);
   std::string wire = peer_->Encrypt(plain, 16384);
   peer_->SendAll(wire);
@@ -223,6 +223,27 @@ TEST_F(TlsStreamTest, OneReadReturnsEveryRecordThatArrived) {
   size_t got = stream_->async_read_some(asio::buffer(buf), asio::use_future).get();
   EXPECT_EQ(got, plain.size());
   EXPECT_EQ(std::string(buf.data(), got), plain);
+  EXPECT_EQ(stream_->io_state().recvs - recvs, 1u);
+}
+
+TEST_F(TlsStreamTest, RecordsLeftInTheStreamsBufferComeWithTheNextReadWithoutARecv) {
+  Establish();
+  // One recv takes all four records into the stream's buffer; OpenSSL takes them one at a time
+  // (no read-ahead), so after a short read the next read must go on into the buffered records
+  // although OpenSSL itself holds nothing more.
+  std::string plain = Pattern(64 * 1024);
+  std::string wire = peer_->Encrypt(plain, 16384);
+  peer_->SendAll(wire);
+  WaitQueued(wire.size());
+  uint64_t recvs = stream_->io_state().recvs;
+  std::vector<char> buf(64 * 1024);
+  size_t first = stream_->async_read_some(asio::buffer(buf.data(), 20000), asio::use_future).get();
+  EXPECT_EQ(first, 20000u);
+  size_t rest = stream_->async_read_some(asio::buffer(buf.data() + first, buf.size() - first),
+                                         asio::use_future)
+                    .get();
+  EXPECT_EQ(first + rest, plain.size());
+  EXPECT_TRUE(std::string(buf.data(), first + rest) == plain);
   EXPECT_EQ(stream_->io_state().recvs - recvs, 1u);
 }
 
