@@ -326,9 +326,43 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     auto [hec, hn] = co_await http::async_write_header(client, rs, kTok);
     client_ok = !hec;
     std::string piece;
-    while (client_ok && !rp->is_done()) {
-      // The parser writes the body straight into `piece`, the string the filters get (no copy
-      // between a read buffer and it); the resize zero-fills only what the last piece left unused.
+    // A Content-Length body is read from the stream straight into `piece` (what the header read
+    // left in up.buf first), never past its end: Beast's parser would read into up.buf and copy
+    // every byte out again. Chunked (and read-to-close) bodies go through the parser.
+    const bool by_length = !rp->chunked() && rp->content_length().has_value();
+    if (by_length) {
+      uint64_t left = *rp->content_length();
+      while (client_ok && left > 0) {
+        piece.resize(static_cast<size_t>(std::min<uint64_t>(left, kIoBuffer)));
+        size_t got = 0;
+        if (up.buf.size() > 0) {
+          got = asio::buffer_copy(asio::buffer(piece), up.buf.data());
+          up.buf.consume(got);
+        } else {
+          auto [ec, n] = co_await upstream.async_read_some(asio::buffer(piece), kTok);
+          if (ec || n == 0) {
+            up_ok = false;  // the head is out: all that is left is to cut the response short
+            break;
+          }
+          got = n;
+        }
+        piece.resize(got);
+        left -= got;
+        ex.rec.bytes_down += got;
+        if (Status st = chain_.OnResponseBody(ex, res, piece, left == 0); !st.ok()) {
+          up_ok = false;
+          break;
+        }
+        res.body().data = piece.empty() ? nullptr : piece.data();
+        res.body().size = piece.size();
+        if (piece.empty() && left > 0) continue;
+        res.body().more = left > 0;
+        client_ok = co_await write_res();
+      }
+    }
+    while (!by_length && client_ok && !rp->is_done()) {
+      // Chunked or read-to-close: the parser writes the body into `piece`, the string the filters
+      // get; the resize zero-fills only what the last piece left unused.
       piece.resize(kIoBuffer);
       res.body().data = piece.data();
       res.body().size = piece.size();

@@ -226,6 +226,39 @@ TEST_F(TlsTest, LargeBodiesStreamIntactBothWays) {
   EXPECT_EQ(trace[1].bytes_down, kDown);
 }
 
+TEST_F(TlsTest, AReflectedKeyInALongContentLengthBodyIsRedactedWhereverThePiecesSplit) {
+  // The driver reads a Content-Length body from the stream in pieces of at most 64 KiB, cut
+  // wherever the reads end: the key, every 4099 bytes through 600 KiB, straddles many of those
+  // cuts. Then a second request on the same connections: the body was read to its end and no
+  // further (the upstream connection is reused).
+  std::string filler(4099 - kRealAnthropic.size(), 'f');
+  std::string body;
+  while (body.size() < 600 * 1024) body += filler + kRealAnthropic;
+  StartUpstream([&](const SeenRequest& r, ResponseWriter& w) {
+    if (r.target == "/long") w.Send(200, {}, body);
+    else w.Send(200, {}, "short");
+  });
+  StartProxyFor({"api.anthropic.com"});
+  const std::string& ph = env_.Placeholder(0);
+  std::string masked = ph.size() == kRealAnthropic.size() ? ph : std::string(ph.size(), 'x');
+  std::string expect;
+  while (expect.size() < body.size()) expect += filler + masked;
+  auto c = Connect("api.anthropic.com");
+  ASSERT_TRUE(c->Write("GET /long HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: " + ph +
+                       "\r\n\r\n"));
+  auto res = c->Read();
+  EXPECT_EQ(res.result_int(), 200u);
+  ASSERT_EQ(res.body().size(), body.size());
+  EXPECT_EQ(res.body().find("REAL"), std::string::npos);
+  EXPECT_TRUE(res.body() == expect);
+  ASSERT_TRUE(c->Write("GET /short HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: " + ph +
+                       "\r\n\r\n"));
+  auto second = c->Read();
+  EXPECT_EQ(second.result_int(), 200u);
+  EXPECT_EQ(second.body(), "short");
+  EXPECT_EQ(upstream_->connections(), 1u);
+}
+
 TEST_F(TlsTest, BodySubstitutionOnlyForCredentialsThatOptIn) {
   const std::string kRealRefresh = "rt_REALxREFRESHxTOKENx0123456789abcdef";
   env_.creds.push_back(Bind(vault::CredentialKind::kHeader, kRealRefresh, {"oauth.example.test"},
