@@ -249,6 +249,9 @@ TEST_F(TlsStreamTest, RecordsLeftInTheStreamsBufferComeWithTheNextReadWithoutARe
 
 TEST_F(TlsStreamTest, OneWriteSendsAllItsRecordsAtOnce) {
   Establish();
+  // Room for the whole batch in the socket, so that one send can take it (asio's async_write
+  // cut it into sends of 64 KiB).
+  stream_->next_layer().set_option(asio::socket_base::send_buffer_size(4 << 20));
   std::string plain = Pattern(200 * 1024);
   uint64_t sends = stream_->io_state().sends;
   // A gathered head (small pieces: one record) and a large body in one write_some.
