@@ -67,6 +67,72 @@ TEST(RedactorTest, StreamingHoldsOnlyAPossibleStart) {
   EXPECT_EQ(r2.Feed("data: hello\n\n", false), "data: hello\n\n");
 }
 
+// The forms searched all at once (redactor.h) find what a search form by form finds: every form
+// at random places in random text, the stream cut at random places, redacted in place.
+TEST(RedactorTest, InPlaceStreamingFindsEveryFormWhereverThePiecesSplit) {
+  const std::string kOther = "ghp_OTHERxREALxVALUE0123456789abcdefgh";
+  const std::string kOtherPh = "ghp_CLOISTERxPLACEHOLDER0123456789abcd";
+  Redactor r;
+  r.Add(kReal, kPh);
+  r.Add(kOther, kOtherPh);
+  std::vector<std::pair<std::string, std::string>> forms;  // (real form, its replacement)
+  for (const auto& [real, ph] : {std::pair{kReal, kPh}, std::pair{kOther, kOtherPh}}) {
+    forms.push_back({real, ph});
+    forms.push_back({Pct(real, false), Pct(ph, false)});
+    forms.push_back({Pct(real, true), Pct(ph, true)});
+    forms.push_back({Hex(real), Hex(ph)});
+  }
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1103515245 + 12345, (seed >> 8) & 0xffffff; };
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz0123456789%+/=-_ \n{}\":,sk";
+  for (int round = 0; round < 20; ++round) {
+    std::string in, expect;
+    while (in.size() < 200000) {
+      size_t text = next() % 3000;
+      for (size_t i = 0; i < text; ++i) {
+        char c = round % 2 ? static_cast<char>(next()) : alphabet[next() % alphabet.size()];
+        in += c;
+        expect += c;
+      }
+      const auto& [form, repl] = forms[next() % forms.size()];
+      in += form;
+      expect += repl;
+    }
+    std::string out;
+    for (size_t off = 0; off < in.size();) {
+      size_t n = std::min<size_t>(in.size() - off, 1 + next() % 70000);
+      std::string piece = in.substr(off, n);
+      off += n;
+      r.FeedInPlace(piece, off == in.size());
+      out += piece;
+    }
+    ASSERT_EQ(out.size(), expect.size()) << round;
+    EXPECT_TRUE(out == expect) << "round " << round << ": differs at "
+                               << std::mismatch(out.begin(), out.end(), expect.begin()).first -
+                                      out.begin();
+    EXPECT_EQ(out.find(kReal), std::string::npos);
+    EXPECT_EQ(out.find(Hex(kOther)), std::string::npos);
+  }
+}
+
+// One form alone in a text, at every offset: the all-at-once search must not step over it
+// wherever its window lands.
+TEST(RedactorTest, ALoneFormIsFoundAtEveryOffset) {
+  Redactor r;
+  r.Add(kReal, kPh);
+  std::vector<std::pair<std::string, std::string>> forms = {
+      {kReal, kPh}, {Pct(kReal, true), Pct(kPh, true)}, {Hex(kReal), Hex(kPh)}};
+  const std::string text = "the quick brown fox jumps over the lazy dog 0123456789 %+/= sk-";
+  for (const auto& [form, repl] : forms) {
+    for (size_t off = 0; off < 2 * form.size(); ++off) {
+      std::string before;
+      while (before.size() < off) before += text[(before.size() * 7 + off) % text.size()];
+      std::string after = text.substr(off % text.size());
+      EXPECT_EQ(r.Apply(before + form + after), before + repl + after) << off << " " << form;
+    }
+  }
+}
+
 TEST(RedactorTest, OtherLengthPlaceholderBecomesXs) {
   Redactor r;
   r.Add("realvalue-123", "ph");

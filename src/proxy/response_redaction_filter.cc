@@ -18,9 +18,7 @@ Status ResponseRedactionFilter::OnResponseHead(Exchange& ex, ResponseHeader& res
 Status ResponseRedactionFilter::OnResponseBody(Exchange& ex, ResponseHeader&, std::string& data,
                                                bool end) {
   if (!ex.redactor.active()) return OkStatus();
-  std::string out = ex.redactor.Feed(data, end);
-  vault::SecureWipe(data);
-  data = std::move(out);
+  ex.redactor.FeedInPlace(data, end);  // no real value is left in `data` (redactor.h)
   return OkStatus();
 }
 
