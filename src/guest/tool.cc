@@ -142,13 +142,23 @@ std::vector<std::string> ToolWindowCommand(const AgentTool& tool, const ToolPath
   return {"/bin/sh", paths.WindowScript()};
 }
 
-Status StartToolInstall(const AgentTool& tool, const ToolPaths& paths, const std::string& workdir,
+Status WriteToolWindowScript(const AgentTool& tool, const ToolPaths& paths,
+                             const std::string& workdir) {
+  std::error_code ec;
+  std::filesystem::create_directories(paths.run_dir, ec);
+  return WriteFileAtomic(paths.WindowScript(), ToolWindowScript(tool, paths, workdir), 0755);
+}
+
+Status StartToolInstall(const AgentTool& tool, const ToolPaths& paths,
                         const std::vector<std::string>& env) {
   std::error_code ec;
   std::filesystem::create_directories(paths.run_dir, ec);
   std::filesystem::create_directories(std::filesystem::path(paths.log).parent_path(), ec);
-  RETURN_IF_ERROR(WriteFileAtomic(paths.InstallScript(), ToolInstallScript(tool, paths), 0755));
-  RETURN_IF_ERROR(WriteFileAtomic(paths.WindowScript(), ToolWindowScript(tool, paths, workdir), 0755));
+  if (Status st = WriteFileAtomic(paths.InstallScript(), ToolInstallScript(tool, paths), 0755);
+      !st.ok()) {
+    (void)WriteFileAtomic(paths.Status(), "failed to write the installer\n", 0644);
+    return st;
+  }
   SpawnSpec spec;
   // Everything the installer prints goes to the log (its pipes are closed below).
   spec.argv = {"/bin/sh", "-c", "exec /bin/sh \"$0\" >> \"$1\" 2>&1", paths.InstallScript(),

@@ -41,9 +41,14 @@ struct ToolPaths {
 std::string ToolInstallScript(const AgentTool& tool, const ToolPaths& paths);
 std::string ToolWindowScript(const AgentTool& tool, const ToolPaths& paths, const std::string& workdir);
 
-// Writes both scripts (0755, root) and starts the installer as root in the background with `env`
+// Writes tool-window.sh (0755, root), before the tmux session whose first window runs it starts;
+// it waits for the status file, so it may run before the installer starts.
+Status WriteToolWindowScript(const AgentTool& tool, const ToolPaths& paths,
+                             const std::string& workdir);
+
+// Writes tool-install.sh (0755, root) and starts it as root in the background with `env`
 // (complete, "K=V"); a thread reaps it. If it cannot start, the status file says "failed".
-Status StartToolInstall(const AgentTool& tool, const ToolPaths& paths, const std::string& workdir,
+Status StartToolInstall(const AgentTool& tool, const ToolPaths& paths,
                         const std::vector<std::string>& env);
 
 // The tmux command of the first window for `tool` ({} for the shell: tmux's default shell).
