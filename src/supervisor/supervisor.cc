@@ -475,13 +475,14 @@ Status Supervisor::Boot(bool resume) {
   RETURN_IF_ERROR(StartEgress());
   EndPhase("proxy");
   RETURN_IF_ERROR(StartPorts());
-  Progress("building the metadata disk");
+  const bool meta_disk_present = access(paths_.meta_disk.c_str(), R_OK) == 0;
+  if (!resume || !meta_disk_present) Progress("building the metadata disk");
   // The plan (supervisor/boot_plan.h) is pure; LaunchQemu does the I/O and the spawn.
   BootInputs in;
   in.workspace = opts_.name;
   in.boot_id = boot_id_;
   in.resume = resume;
-  in.meta_disk_present = access(paths_.meta_disk.c_str(), R_OK) == 0;
+  in.meta_disk_present = meta_disk_present;
   in.accel = opts_.accel;
   in.sandbox = opts_.sandbox;
   if (const char* cpu = std::getenv("CLOISTER_TCG_CPU"); cpu && *cpu) in.tcg_cpu = cpu;
@@ -627,6 +628,7 @@ Status Supervisor::Resume() {
   if (!got.ok()) return got.error();
   RETURN_IF_ERROR(qmp_->Execute("migrate-incoming", {{"uri", "fd:incoming"}}));
   auto deadline = Clock::now() + std::chrono::minutes(5);
+  auto poll = std::chrono::milliseconds(5);
   while (true) {
     ASSIGN_OR_RETURN(json mig, qmp_->Execute("query-migrate"));
     std::string status = JsonString(mig, "status");
@@ -636,8 +638,10 @@ Status Supervisor::Resume() {
                    "delete " + paths_.suspend_state + " to boot afresh (its RAM is lost)");
     }
     if (Clock::now() > deadline) return Error(ErrorCode::kUnavailable, "resume timed out");
-    // Waiting for QEMU to load the RAM image: poll its status with a bounded deadline.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Waiting for QEMU to load the RAM image: poll its status with a bounded deadline, every
+    // 5 ms doubling to 50 ms (a fixed 50 ms cost a resume 25 ms on average after the load).
+    std::this_thread::sleep_for(poll);
+    poll = std::min(poll * 2, std::chrono::milliseconds(50));
   }
   // The state was saved from a stopped VM, so it loads paused.
   ASSIGN_OR_RETURN(json st, qmp_->Execute("query-status"));
