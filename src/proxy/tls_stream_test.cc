@@ -175,6 +175,14 @@ class TlsStreamTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  // Four full records of 16 KiB, all queued on the stream's socket before a read; their plaintext.
+  std::string QueueFourRecords() {
+    std::string plain = Pattern(64 * 1024);
+    std::string wire = peer_->Encrypt(plain, 16384);
+    peer_->SendAll(wire);
+    WaitQueued(wire.size());
+    return plain;
+  }
   static std::string Pattern(size_t n) {
     std::string s(n, '\0');
     for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7919 + i / 26) % 26);
@@ -214,10 +222,7 @@ TEST_F(TlsStreamTest, OneReadReturnsEveryRecordThatArrived) {
   Establish();
   // Four full records, all queued on the socket before the read: asio's stream returned one
   // record (16 KiB) per read; this one returns them all (one recv into the stream's buffer).
-  std::string plain = Pattern(64 * 1024);
-  std::string wire = peer_->Encrypt(plain, 16384);
-  peer_->SendAll(wire);
-  WaitQueued(wire.size());
+  std::string plain = QueueFourRecords();
   uint64_t recvs = stream_->io_state().recvs;
   std::vector<char> buf(64 * 1024);
   size_t got = stream_->async_read_some(asio::buffer(buf), asio::use_future).get();
@@ -231,10 +236,7 @@ TEST_F(TlsStreamTest, RecordsLeftInTheStreamsBufferComeWithTheNextReadWithoutARe
   // One recv takes all four records into the stream's buffer; OpenSSL takes them one at a time
   // (no read-ahead), so after a short read the next read must go on into the buffered records
   // although OpenSSL itself holds nothing more.
-  std::string plain = Pattern(64 * 1024);
-  std::string wire = peer_->Encrypt(plain, 16384);
-  peer_->SendAll(wire);
-  WaitQueued(wire.size());
+  std::string plain = QueueFourRecords();
   uint64_t recvs = stream_->io_state().recvs;
   std::vector<char> buf(64 * 1024);
   size_t first = stream_->async_read_some(asio::buffer(buf.data(), 20000), asio::use_future).get();
