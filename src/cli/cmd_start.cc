@@ -40,10 +40,11 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
   cmd->add_option("--ready-timeout", o->ready_timeout, "Seconds to wait for the guest agent")
       ->default_str("600");
   cmd->add_flag("--timings", o->timings,
-                "Print each boot phase in ms on stdout once ready (host: disks, proxy, "
-                "metadata-disk, qemu-spawn, qemu-start; guest clock: firmware, kernel, "
-                "init-to-hook, agent-setup, terminal-probe, tmux; host: checkpoint; a resume: "
-                "resume), then the total as `start` saw it");
+                "Print each boot phase in ms on stdout once ready (host: disks, kernel-file, "
+                "proxy, metadata-disk, qemu-spawn, qemu-start; guest clock: firmware, kernel, "
+                "init-to-hook, agent-setup, terminal-probe, tmux (what the tmux session took "
+                "beyond the probe, which runs beside it); host: checkpoint; a resume: resume), "
+                "then the total as `start` saw it");
   cmd->callback([&cli, o] {
     auto t0 = std::chrono::steady_clock::now();
     if (o->timings && o->detach) {
