@@ -234,8 +234,11 @@ TEST_F(UiVmTest, DashboardShowsARealWorkspaceItsTrafficConsentLeaksAuditAndWipes
   b.Go(base + "/#/audit/ws");
   b.Wait("document.getElementById('run-audit') !== null");
   b.Eval("document.getElementById('run-audit').click(), true");
+  // The page says "audit of ws done" and then renders the report (route() fetches it again):
+  // wait for the disks, or for the status to name a failure; "done" alone is not the end.
   b.Wait("document.querySelectorAll('#audit .disk').length > 0 || "
-         "document.getElementById('status').textContent.startsWith('audit of ')",
+         "(document.getElementById('status').textContent.startsWith('audit of ') && "
+         "!document.getElementById('status').textContent.endsWith(' done'))",
          1200);
   json devices = b.Eval("[...document.querySelectorAll('#audit .disk')].map(d => d.dataset.device)");
   json report = b.Eval(
