@@ -539,40 +539,6 @@ int RunAgent(const AgentOptions& o) {
     }).detach();
   }
 
-  // The terminal probe, beside the egress's setup and the session: it needs what a login shell
-  // needs (the setup above), not the egress. Its result (and when it came, on the guest's clock)
-  // is what the ready thread below waits for.
-  struct ProbeResult {
-    Status status = OkStatus();
-    int64_t done_ms = 0;
-  };
-  auto probe_done = std::make_shared<std::promise<ProbeResult>>();
-  std::shared_future<ProbeResult> probe = probe_done->get_future().share();
-  if (!config->browser.enabled) {
-    std::thread([&, probe_done] {
-      ProbeResult r;
-      auto user = LookupUser(config->user, o.passwd_path, o.group_path);
-      if (!user.ok()) {
-        r.status = user.error();
-      } else {
-        auto env = CommandEnv(*user, config->env, {}, "xterm-256color");
-        auto t0 = std::chrono::steady_clock::now();
-        auto deadline = t0 + std::chrono::seconds(config->ready_timeout_s);
-        do {
-          r.status = CheckTerminal(*user, env, o.switch_user, std::chrono::seconds(20));
-          if (r.status.ok()) break;
-          log("ready check: " + r.status.error().message() + " (retrying)");
-        } while (std::chrono::steady_clock::now() < deadline);
-        char b[32];
-        std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(
-                                                 std::chrono::steady_clock::now() - t0).count());
-        log(std::string("terminal probe ") + b);
-      }
-      r.done_ms = BootMs();
-      probe_done->set_value(std::move(r));
-    }).detach();
-  }
-
   // Forwarded listeners live for the whole boot; connections go to the current session.
   for (const auto& f : config->forwards) {
     auto fd = ListenOn(f.listen);
@@ -644,8 +610,8 @@ int RunAgent(const AgentOptions& o) {
     log("auto-ports: reporting listening TCP ports to the host");
   }
 
-  // Once the setup is done and the probe (started above) passed: the tool's installer, then
-  // READY once the tmux session is up too (now and in every later channel session).
+  // The terminal probe (the tmux session started above, beside it), then the tool's installer,
+  // then READY once the session is up too (now and in every later channel session).
   std::thread([&, cfg = *config, tool] {
     if (cfg.browser.enabled) {
       if (!browser) {
@@ -670,11 +636,27 @@ int RunAgent(const AgentOptions& o) {
       if (shared.mux) shared.mux->SendReady(ready_info);
       return;
     }
-    const ProbeResult pr = probe.get();
-    const Status& st = pr.status;
-    // The marks must not go backwards (boot_timings.h): a probe done before the setup's end
-    // counts from there.
-    const int64_t probe_ms = std::max(pr.done_ms, setup_ms);
+    auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
+    if (!user.ok()) {
+      log("ready check: " + user.error().message());
+      return;
+    }
+    auto env = CommandEnv(*user, cfg.env, {}, "xterm-256color");
+    auto secs = [](std::chrono::steady_clock::duration d) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
+      return std::string(b);
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
+    Status st = OkStatus();
+    do {
+      st = CheckTerminal(*user, env, o.switch_user, std::chrono::seconds(20));
+      if (st.ok()) break;
+      log("ready check: " + st.error().message() + " (retrying)");
+    } while (std::chrono::steady_clock::now() < deadline);
+    const int64_t probe_ms = BootMs();
+    log("terminal probe " + secs(std::chrono::steady_clock::now() - t0));
     if (st.ok() && tool && !tool->package.empty()) {
       std::map<std::string, std::string> root_env = {
           {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};
@@ -689,7 +671,7 @@ int RunAgent(const AgentOptions& o) {
     }
     session.wait();
     if (!st.ok()) {
-      log("ready check failed for good (" + st.error().message() + "): not sending READY");
+      log("ready check failed for good: not sending READY");
       return;
     }
     std::lock_guard<std::mutex> l(shared.mu);
