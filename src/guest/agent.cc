@@ -85,6 +85,13 @@ std::string TimingsSuffix(int64_t init, int64_t agent, int64_t setup, int64_t pr
          " ready=" + std::to_string(ready);
 }
 
+// "1.2 s", for the agent's log.
+std::string Seconds(std::chrono::steady_clock::duration d) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
+  return b;
+}
+
 class Logger {
  public:
   explicit Logger(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
@@ -323,7 +330,7 @@ Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& e
   if (switch_user) spec.user = user;
   spec.stdin_null = true;
   // One tmux process, not `has-session` and then `new-session` (each is a tmux client's start,
-  // ~0.1 s of guest time under TCG): an existing session is kept, since tmux refuses a second
+  // ~0.15 s of guest time under TCG): an existing session is kept, since tmux refuses a second
   // one of that name with "duplicate session: cloister" and changes nothing.
   ASSIGN_OR_RETURN(Spawned child, Spawn(spec));
   std::string err;
@@ -463,8 +470,9 @@ int RunAgent(const AgentOptions& o) {
 
   // Transparent egress: DNS, redirect rules and the listener, for the whole boot. Its setup
   // (modprobe and nft: processes, most of the agent's setup on the default image) runs on a
-  // thread of its own beside the mounts and files below, and is joined before anything of the
-  // user's starts (the terminal probe, tmux, the tool's installer, a browser).
+  // thread of its own beside the mounts and files below, and is joined before the terminal probe,
+  // the tool's installer or a browser starts (the tmux session may start before: nothing leaves
+  // the guest without the host either way, docs/threat-model.md).
   std::unique_ptr<TransparentEgress> transparent;
   std::thread transparent_setup;
   if (config->transparent.enabled) transparent_setup = std::thread([&] {
@@ -496,6 +504,10 @@ int RunAgent(const AgentOptions& o) {
   });
 
   if (o.setup) ApplySetup(*config, o);
+  // The user the session and the probe run as, looked up once the setup wrote what it writes.
+  const Result<UserInfo> user = LookupUser(config->user, o.passwd_path, o.group_path);
+  const std::vector<std::string> user_env =
+      user.ok() ? CommandEnv(*user, config->env, {}, "xterm-256color") : std::vector<std::string>{};
 
   // The tmux session that `attach` joins, started as soon as what a login shell needs is there
   // (the mounts, the profile, the files), beside the forwarders, the egress's setup and the
@@ -513,7 +525,6 @@ int RunAgent(const AgentOptions& o) {
         ~Done() { p.set_value(); }
       } done{*session_started};
       auto s0 = std::chrono::steady_clock::now();
-      auto user = LookupUser(config->user, o.passwd_path, o.group_path);
       if (!user.ok()) {
         log("tmux session: " + user.error().message());
         return;
@@ -527,15 +538,12 @@ int RunAgent(const AgentOptions& o) {
         window = ToolWindowCommand(*tool, o.tool_paths);
         window_name = std::string(tool->name);
       }
-      auto env = CommandEnv(*user, config->env, {}, "xterm-256color");
-      if (auto t = EnsureTmuxSession(*user, env, o.switch_user, config->workdir, window, window_name);
+      if (auto t = EnsureTmuxSession(*user, user_env, o.switch_user, config->workdir, window,
+                                     window_name);
           !t.ok()) {
         log(t.error().message());
       }
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(
-                                               std::chrono::steady_clock::now() - s0).count());
-      log(std::string("tmux session ") + b);
+      log("tmux session " + Seconds(std::chrono::steady_clock::now() - s0));
     }).detach();
   }
 
@@ -636,27 +644,20 @@ int RunAgent(const AgentOptions& o) {
       if (shared.mux) shared.mux->SendReady(ready_info);
       return;
     }
-    auto user = LookupUser(cfg.user, o.passwd_path, o.group_path);
     if (!user.ok()) {
       log("ready check: " + user.error().message());
       return;
     }
-    auto env = CommandEnv(*user, cfg.env, {}, "xterm-256color");
-    auto secs = [](std::chrono::steady_clock::duration d) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
-      return std::string(b);
-    };
     auto t0 = std::chrono::steady_clock::now();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
     Status st = OkStatus();
     do {
-      st = CheckTerminal(*user, env, o.switch_user, std::chrono::seconds(20));
+      st = CheckTerminal(*user, user_env, o.switch_user, std::chrono::seconds(20));
       if (st.ok()) break;
       log("ready check: " + st.error().message() + " (retrying)");
     } while (std::chrono::steady_clock::now() < deadline);
     const int64_t probe_ms = BootMs();
-    log("terminal probe " + secs(std::chrono::steady_clock::now() - t0));
+    log("terminal probe " + Seconds(std::chrono::steady_clock::now() - t0));
     if (st.ok() && tool && !tool->package.empty()) {
       std::map<std::string, std::string> root_env = {
           {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};
