@@ -1,5 +1,5 @@
 // AWS re-signing cost per request against plain header substitution, measured side by side in one
-// run (ratios, not absolute goals). Usage: aws_resign_bench [iterations]
+// run (ratios, not absolute goals). Usage: aws_resign_bench [--smoke] [iterations]
 //
 //   substitute   copy a typical request head and swap a bearer placeholder in one header (what the
 //                proxy does for API keys)
@@ -7,6 +7,15 @@
 //   resign-query the same for a presigned URL
 //   resign-body  an STS POST whose signature covers sha256(body) (needs the body)
 //   chunks       throughput of the aws-chunked re-signer vs a plain copy of the same body
+//
+// After the timing, each path's output is checked (untimed): the substituted header holds the real
+// value; each re-signed request (and every re-signed chunk) verifies under the REAL secret and the
+// guest's original does not (a Resigner holding the real secret as its "placeholder" is the
+// verifier). A failed re-sign or check exits 1 with the path named on stderr.
+// --smoke: 200 iterations and a 1 MiB chunked body (well under a second), the same checks
+// (scripts/bench-smoke.sh). Default: 20000 iterations, 8 MiB.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,11 +65,55 @@ double NsPerOp(int iters, F&& f) {
 
 volatile size_t g_sink = 0;
 
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "aws_resign_bench: FAILED: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// The signature `head` carries (Authorization's or X-Amz-Signature), or "".
+std::string SignatureOf(const RequestHead& head) {
+  auto a = ParseSigV4(head);
+  return a.ok() ? a->signature : "";
+}
+
+// Checks one re-signed request: it verifies under the real secret (through `verifier`), the guest's
+// original does not, and the signature changed. `body` for a body-hashed signature.
+void CheckResigned(const Resigner& verifier, const std::string& what, const RequestHead& guest,
+                   const RequestHead& resigned, const std::string& body = "") {
+  auto verify = [&](RequestHead h) -> bool {
+    auto v = verifier.Resign(h);
+    if (!v.ok()) return false;
+    return !v->need_full_body || verifier.ResignWithBody(h, body).ok();
+  };
+  std::string before = SignatureOf(guest), after = SignatureOf(resigned);
+  if (after.empty() || after == before) Fail(what + ": the signature was not replaced");
+  if (!verify(resigned)) {
+    Fail(what + ": the re-signed request does not verify under the real secret");
+  }
+  if (verify(guest)) Fail(what + ": the verifier accepts the guest's placeholder signature");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
+  int iters = 20000;
+  bool smoke = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--smoke") {
+      smoke = true;
+      iters = 200;
+    } else if (!a.empty() && std::isdigit(static_cast<unsigned char>(a[0]))) {
+      iters = std::max(1, std::atoi(argv[i]));
+    } else {
+      std::fprintf(stderr, "usage: aws_resign_bench [--smoke] [iterations]   (--smoke: 200 "
+                           "iterations, 1 MiB chunked body; exits 1 when a path fails)\n");
+      return 2;
+    }
+  }
   Resigner resigner(AwsSecrets{kKeyId, kReal, "", kPlaceholder, ""});
+  // Verifies a re-signed request: signatures are checked against its "placeholder", the real one.
+  Resigner verifier(AwsSecrets{kKeyId, kReal, "", kReal, "", ""});
 
   // Plain bearer substitution on a head of the same shape.
   const std::string bearer_ph = "sk-ant-api03-CLOISTERplaceholderplaceholderplaceholder0000";
@@ -78,6 +131,15 @@ int main(int argc, char** argv) {
     }
     g_sink += h.headers.size();
   });
+  {
+    RequestHead h = bearer;
+    for (Header& hd : h.headers) {
+      size_t p = hd.value.find(bearer_ph);
+      if (p != std::string::npos) hd.value.replace(p, bearer_ph.size(), bearer_real);
+    }
+    const std::string* key = h.Find("x-api-key");
+    if (!key || *key != bearer_real) Fail("substitute: x-api-key does not hold the real value");
+  }
 
   RequestHead s3{"GET", "/bucket/some/key.txt",
                  {{"Host", "bucket.s3.us-east-1.amazonaws.com"}, {"User-Agent", "aws-cli/2.9.19"},
@@ -88,9 +150,14 @@ int main(int argc, char** argv) {
   double resign_hdr = NsPerOp(iters, [&] {
     RequestHead h = s3;
     auto v = resigner.Resign(h);
-    if (!v.ok()) std::abort();
+    if (!v.ok()) Fail("re-sign S3 GET: " + v.error().ToString());
     g_sink += h.headers.size();
   });
+  {
+    RequestHead h = s3;
+    if (!resigner.Resign(h).ok()) Fail("re-sign S3 GET");
+    CheckResigned(verifier, "re-sign S3 GET", s3, h);
+  }
 
   // Presigned: build the query, sign with the placeholder.
   std::string target = "/bucket/obj.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=" + kKeyId +
@@ -106,9 +173,15 @@ int main(int argc, char** argv) {
   }
   double resign_query = NsPerOp(iters, [&] {
     RequestHead h = pre;
-    if (!resigner.Resign(h).ok()) std::abort();
+    auto v = resigner.Resign(h);
+    if (!v.ok()) Fail("re-sign presigned URL: " + v.error().ToString());
     g_sink += h.target.size();
   });
+  {
+    RequestHead h = pre;
+    if (!resigner.Resign(h).ok()) Fail("re-sign presigned URL");
+    CheckResigned(verifier, "re-sign presigned URL", pre, h);
+  }
 
   const std::string body = "Action=GetCallerIdentity&Version=2011-06-15";
   RequestHead sts{"POST", "/",
@@ -120,12 +193,21 @@ int main(int argc, char** argv) {
   double resign_body = NsPerOp(iters, [&] {
     RequestHead h = sts;
     auto v = resigner.Resign(h);
-    if (!v.ok() || !v->need_full_body || !resigner.ResignWithBody(h, body).ok()) std::abort();
+    if (!v.ok() || !v->need_full_body || !resigner.ResignWithBody(h, body).ok()) {
+      Fail("re-sign STS POST: " +
+           (v.ok() ? std::string("no body-hashed re-sign") : v.error().ToString()));
+    }
     g_sink += h.headers.size();
   });
+  {
+    RequestHead h = sts;
+    auto v = resigner.Resign(h);
+    if (!v.ok() || !resigner.ResignWithBody(h, body).ok()) Fail("re-sign STS POST");
+    CheckResigned(verifier, "re-sign STS POST", sts, h, body);
+  }
 
-  // Streaming: 8 MiB in 64 KiB chunks, signed with the placeholder chain.
-  const size_t kChunk = 64 * 1024, kTotal = 8 * 1024 * 1024;
+  // Streaming: 8 MiB (--smoke: 1 MiB) in 64 KiB chunks, signed with the placeholder chain.
+  const size_t kChunk = 64 * 1024, kTotal = (smoke ? 1 : 8) * 1024 * 1024;
   RequestHead up{"PUT", "/bucket/big.bin",
                  {{"Host", "bucket.s3.us-east-1.amazonaws.com"}, {"Content-Encoding", "aws-chunked"},
                   {"x-amz-content-sha256", std::string(kStreamingPayload)},
@@ -149,20 +231,52 @@ int main(int argc, char** argv) {
       chunked += std::string(size_hex) + ";chunk-signature=" + prev + "\r\n" + d + "\r\n";
     }
   }
-  int body_iters = 5;
+  int body_iters = smoke ? 2 : 5;
   double chunk_ns = NsPerOp(body_iters, [&] {
     RequestHead h = up;
     auto v = resigner.Resign(h);
-    if (!v.ok() || !v->chunks) std::abort();
+    if (!v.ok() || !v->chunks) Fail("re-sign aws-chunked upload: no chunk re-signer");
     size_t out = 0;
     for (size_t i = 0; i < chunked.size(); i += 16384) {
       auto o = v->chunks->Data(std::string_view(chunked).substr(i, 16384));
-      if (!o.ok()) std::abort();
+      if (!o.ok()) Fail("re-sign aws-chunked upload: " + o.error().ToString());
       out += o->size();
     }
-    if (!v->chunks->End().ok() || out != chunked.size()) std::abort();
+    if (!v->chunks->End().ok() || out != chunked.size()) {
+      Fail("re-sign aws-chunked upload: the body did not end or changed length");
+    }
     g_sink += out;
   });
+  {
+    // Re-sign once more, keeping the output, then verify the head and every chunk under the real
+    // secret; the guest's own chunks must not pass that verifier.
+    RequestHead h = up;
+    auto v = resigner.Resign(h);
+    if (!v.ok() || !v->chunks) Fail("re-sign aws-chunked upload");
+    std::string resigned;
+    for (size_t i = 0; i < chunked.size(); i += 16384) {
+      auto o = v->chunks->Data(std::string_view(chunked).substr(i, 16384));
+      if (!o.ok()) Fail("re-sign aws-chunked upload: " + o.error().ToString());
+      resigned += *o;
+    }
+    if (!v->chunks->End().ok()) Fail("re-sign aws-chunked upload: no final chunk");
+    if (SignatureOf(h).empty() || SignatureOf(h) == SignatureOf(up)) {
+      Fail("re-sign aws-chunked upload: the seed signature was not replaced");
+    }
+    auto check = [&](const std::string& body_in) -> bool {
+      RequestHead hh = h;
+      auto c = verifier.Resign(hh);
+      if (!c.ok() || !c->chunks) return false;
+      auto o = c->chunks->Data(body_in);
+      return o.ok() && o->size() == body_in.size() && c->chunks->End().ok();
+    };
+    if (!check(resigned)) Fail("re-sign aws-chunked upload: the re-signed chunks do not verify");
+    if (check(chunked)) Fail("re-sign aws-chunked upload: the verifier accepts the guest's chunks");
+    if (v->chunks->chunks() != kTotal / kChunk + 1) {
+      Fail("re-sign aws-chunked upload: " + std::to_string(v->chunks->chunks()) + " chunks, not " +
+           std::to_string(kTotal / kChunk + 1));
+    }
+  }
   double copy_ns = NsPerOp(body_iters, [&] {
     std::string out;
     out.reserve(chunked.size());
@@ -179,8 +293,11 @@ int main(int argc, char** argv) {
               resign_query / substitute);
   std::printf("  %-40s %10.0f ns/request  (%.1fx)\n", "re-sign STS POST (body hashed)", resign_body,
               resign_body / substitute);
+  std::string chunk_label = "re-sign " + std::to_string(kTotal >> 20) + " MiB aws-chunked upload";
   std::printf("  %-40s %10.1f MiB/s vs plain copy %.1f MiB/s (%.1fx the time)\n",
-              "re-sign 8 MiB aws-chunked upload", mib / (chunk_ns / 1e9), mib / (copy_ns / 1e9),
+              chunk_label.c_str(), mib / (chunk_ns / 1e9), mib / (copy_ns / 1e9),
               chunk_ns / copy_ns);
-  return g_sink == 0 ? 1 : 0;
+  if (g_sink == 0) Fail("nothing was measured");
+  if (smoke) std::printf("aws_resign_bench: smoke OK (every re-signed request verifies)\n");
+  return 0;
 }
