@@ -7,11 +7,17 @@
 //   zlib   32 MiB of random bytes through gzip -1 | gunzip | sha256sum (busybox)
 //   node   Node: gzip and gunzip 16 MiB twice, and its sha512 (what npm does to a tarball)
 // Models alternate within a round so load drifts hit both. Prints per-phase medians and the
-// ratio max / default (above 1: the default is faster).
+// ratio max / default (above 1: the default is faster). After each boot (untimed) the guest's
+// /proc/cpuinfo must show the model asked for: ERMS under "max", none under the default.
 //
-// Usage: tcg_cpu_bench IMAGE_DIR [--runs N]   (IMAGE_DIR: `cloister image build --test`'s output,
-// or BUILD/test-cache/image-test after the VM tests ran); needs the `cloister` binary beside it
-// in the build tree (or CLOISTER_EXE).
+// Usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke]
+//   IMAGE_DIR: `cloister image build --test`'s output; default the build tree's test image
+//   (BUILD/test-cache/image-test, there after the VM tests ran). Needs the `cloister` binary
+//   beside it in the build tree (or CLOISTER_EXE).
+//   --smoke: one round, both models, 512 MiB guests and tiny workloads (write/read 8 MiB, zlib
+//   2 MiB, node 1 MiB) whose results are checked in the guest (file sizes, the gzip round trip's
+//   digest, node's round trip); under a minute on 2 idle cores. Exits 1 with the reason on stderr
+//   when a boot, a workload or a check fails (scripts/bench-smoke.sh).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "base/subprocess.h"
+#include "bench/vm_bench_util.h"
 #include "supervisor/launcher.h"
 #include "vm/qemu_args.h"
 
@@ -43,6 +50,32 @@ const std::vector<std::pair<std::string, std::string>> kPhases = {
      "for(let i=0;i<2;i++)b=z.gunzipSync(z.gzipSync(b,{level:1}));"
      "c.createHash('sha512').update(b).digest()\""},
 };
+
+// --smoke: the same workloads at tiny sizes, each printing what proves it worked (`expect`,
+// compared with its stdout trimmed).
+struct SmokePhase {
+  std::string name, script, expect;
+};
+const std::vector<SmokePhase> kSmokePhases = {
+    {"write",
+     "dd if=/dev/zero of=/home/dev/z bs=1M count=8 conv=fsync 2>/dev/null && wc -c < /home/dev/z",
+     "8388608"},
+    {"read", "sync; echo 3 > /proc/sys/vm/drop_caches; cat /home/dev/z | wc -c", "8388608"},
+    {"zlib",
+     "dd if=/dev/urandom of=/tmp/r bs=1M count=2 2>/dev/null && a=$(sha256sum < /tmp/r) && "
+     "b=$(gzip -1 < /tmp/r | gunzip | sha256sum) && rm /tmp/r && [ \"$a\" = \"$b\" ] && echo ok",
+     "ok"},
+    {"node",
+     "node -e \"const z=require('zlib'),c=require('crypto');let b=c.randomBytes(1<<20);const a=b;"
+     "for(let i=0;i<2;i++)b=z.gunzipSync(z.gzipSync(b,{level:1}));"
+     "c.createHash('sha512').update(b).digest();console.log(b.equals(a)?'ok':'corrupt')\"",
+     "ok"},
+};
+
+std::string Trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return -1;
@@ -65,52 +98,121 @@ struct Cloister {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: tcg_cpu_bench IMAGE_DIR [--runs N]\n";
-    return 2;
+  std::string image_dir;
+  int runs = 2, memory = 1024;
+  bool smoke = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--smoke") smoke = true;
+    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (!a.empty() && a[0] != '-' && image_dir.empty()) image_dir = a;
+    else {
+      std::cerr << "usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke]   (--smoke: one round, "
+                   "tiny checked workloads; exits 1 when a path fails)\n";
+      return 2;
+    }
   }
-  std::string image = fs::absolute(argv[1]).string() + "/disk.raw";
-  int runs = 2;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));
+  if (smoke) {
+    runs = 1;
+    memory = 512;
   }
-  auto exe = vm::CloisterExecutable();
-  if (!exe.ok()) {
-    std::cerr << exe.error().ToString() << "\n";
+  if (image_dir.empty()) image_dir = bench::DefaultTestImageDir();
+  if (image_dir.empty()) {
+    std::cerr << "tcg_cpu_bench: no image (pass IMAGE_DIR, or `cloister image build --test`)\n";
     return 1;
   }
+  std::string image = fs::absolute(image_dir).string() + "/disk.raw";
+  if (access(image.c_str(), R_OK) != 0) {
+    std::cerr << "tcg_cpu_bench: no " << image << "\n";
+    return 1;
+  }
+  std::string found = bench::FindCloister();
+  if (found.empty()) {
+    auto exe = vm::CloisterExecutable();
+    if (!exe.ok()) {
+      std::cerr << "tcg_cpu_bench: no cloister binary beside this bench (set CLOISTER_EXE): "
+                << exe.error().ToString() << "\n";
+      return 1;
+    }
+    found = *exe;
+  }
   char tmpl[] = "/tmp/cloister-tcgbench-XXXXXX";
-  Cloister c{*exe, mkdtemp(tmpl)};
+  if (!mkdtemp(tmpl)) {
+    std::perror("tcg_cpu_bench: mkdtemp");
+    return 1;
+  }
+  Cloister c{found, tmpl};
   const std::vector<std::string> models = {"max", vm::kTcgCpuModel};
   std::map<std::string, std::map<std::string, std::vector<double>>> secs;  // model -> phase -> s
-  std::cout << "tcg_cpu_bench: " << runs << " round(s), image " << image << "\n";
+  std::vector<std::pair<std::string, std::string>> phases_run;  // name, script
+  if (smoke) {
+    for (const SmokePhase& p : kSmokePhases) phases_run.emplace_back(p.name, p.script);
+  } else {
+    phases_run = kPhases;
+  }
+  std::cout << "tcg_cpu_bench: " << runs << " round(s), " << memory << " MiB guests, image "
+            << image << (smoke ? " (smoke: tiny workloads)" : "") << "; " << bench::LoadAverage()
+            << "\n";
   int failures = 0;
+  auto fatal = [&](const std::string& what, const std::string& name, const std::string& model) {
+    std::cerr << "tcg_cpu_bench: FAILED: " << what << "\n";
+    (void)c.Run({"stop", name, "--force"}, model);
+    fs::remove_all(c.store);
+    return 1;
+  };
   for (int r = 0; r < runs; ++r) {
     for (size_t k = 0; k < models.size(); ++k) {
       // Alternate which model goes first, so a trend in the machine's load hits both.
       const std::string& model = models[(k + static_cast<size_t>(r)) % models.size()];
       std::string name = "b" + std::to_string(r) + "-" + std::to_string(k);
-      auto created = c.Run({"create", name, "--image", image, "--memory", "1024"}, model);
+      auto created =
+          c.Run({"create", name, "--image", image, "--memory", std::to_string(memory)}, model);
       if (!created.ok() || !created->success()) {
-        std::cerr << "create failed: " << (created.ok() ? created->err : created.error().ToString());
-        return 1;
+        return fatal("create (-cpu " + model + "): " +
+                         (created.ok() ? created->err : created.error().ToString()),
+                     name, model);
       }
       auto t0 = Clock::now();
       auto started = c.Run({"start", name, "--accel", "tcg"}, model);
       if (!started.ok() || !started->success()) {
-        std::cerr << "start failed: " << (started.ok() ? started->err : started.error().ToString());
-        return 1;
+        return fatal("start (-cpu " + model + "): " +
+                         (started.ok() ? started->err : started.error().ToString()),
+                     name, model);
       }
       secs[model]["boot"].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       std::printf("round %d, -cpu %s: boot %.1f s", r + 1, model.c_str(), secs[model]["boot"].back());
-      for (const auto& [phase, script] : kPhases) {
+      std::fflush(stdout);
+      // Untimed: the guest runs the model asked for (max has ERMS; cloister's default drops it).
+      auto cpu = c.Run({"exec", name, "-u", "root", "--", "sh", "-c",
+                        "grep -qw erms /proc/cpuinfo && echo erms || echo no-erms"},
+                       model);
+      std::string want_cpu = model == "max" ? "erms" : "no-erms";
+      if (!cpu.ok() || !cpu->success() || Trim(cpu->out) != want_cpu) {
+        std::printf("\n");
+        return fatal("-cpu " + model + ": the guest's /proc/cpuinfo says '" +
+                         (cpu.ok() ? Trim(cpu->out) + cpu->err : cpu.error().ToString()) +
+                         "', not " + want_cpu,
+                     name, model);
+      }
+      for (size_t ph = 0; ph < phases_run.size(); ++ph) {
+        const auto& [phase, script] = phases_run[ph];
         auto p0 = Clock::now();
         auto out = c.Run({"exec", name, "-u", "root", "--", "sh", "-c", script}, model);
         double s = std::chrono::duration<double>(Clock::now() - p0).count();
         if (!out.ok() || !out->success()) {
           ++failures;
           std::printf(", %s FAILED", phase.c_str());
-          std::cerr << (out.ok() ? out->err : out.error().ToString()) << "\n";
+          std::cerr << "tcg_cpu_bench: -cpu " << model << ", " << phase << " failed: "
+                    << (out.ok() ? "exit " + std::to_string(out->exit_code) + ": " + Trim(out->err)
+                                 : out.error().ToString())
+                    << "\n";
+          continue;
+        }
+        if (smoke && Trim(out->out) != kSmokePhases[ph].expect) {
+          ++failures;
+          std::printf(", %s WRONG", phase.c_str());
+          std::cerr << "tcg_cpu_bench: -cpu " << model << ", " << phase << ": the guest printed '"
+                    << Trim(out->out) << "', not '" << kSmokePhases[ph].expect << "'\n";
           continue;
         }
         secs[model][phase].push_back(s);
@@ -125,7 +227,7 @@ int main(int argc, char** argv) {
   fs::remove_all(c.store);
   std::printf("\nmedians (s)     %-10s %-24s ratio max/default\n", "max", vm::kTcgCpuModel);
   std::vector<std::string> phases = {"boot"};
-  for (const auto& [phase, script] : kPhases) phases.push_back(phase);
+  for (const auto& [phase, script] : phases_run) phases.push_back(phase);
   double total_a = 0, total_b = 0;
   for (const auto& phase : phases) {
     double a = Median(secs["max"][phase]), b = Median(secs[vm::kTcgCpuModel][phase]);
@@ -137,5 +239,7 @@ int main(int argc, char** argv) {
   }
   std::printf("%-15s %-10.2f %-24.2f %.2f\n", "workload", total_a, total_b,
               total_b > 0 ? total_a / total_b : 0.0);
+  if (failures) std::cerr << "tcg_cpu_bench: " << failures << " workload(s) failed\n";
+  else if (smoke) std::printf("tcg_cpu_bench: smoke OK (both models booted, workloads checked)\n");
   return failures ? 1 : 0;
 }

@@ -1,6 +1,7 @@
-// What the VM benches share (memory_bench, suspend_bench, disk_bench, vm_boot_bench): finding the
-// binaries they drive by themselves, a throwaway store, the `cloister` verbs as subprocesses, and
-// reading QEMU's memory from /proc. Benchmarks only; nothing here is a test.
+// What the VM benches share (memory_bench, suspend_bench, disk_bench, vm_boot_bench, tcg_cpu_bench,
+// browser_bench): finding the binaries they drive by themselves, a throwaway store, the `cloister`
+// verbs as subprocesses, and reading QEMU's memory from /proc. Benchmarks only; nothing here is a
+// test.
 #pragma once
 
 #include <sys/types.h>
