@@ -108,16 +108,6 @@ TargetGraph ParseGraphviz(const std::string& text) {
   return g;
 }
 
-// Module of a cloister target: cloister_<module>, cloister-agent -> guest; else "".
-std::string ModuleOfTarget(const std::string& target) {
-  if (target == "cloister-agent") return "guest";
-  const std::string prefix = "cloister_";
-  if (target.rfind(prefix, 0) != 0) return "";
-  std::string m = target.substr(prefix.size());
-  if (m.find("_testing") != std::string::npos) return "";  // test fixtures are not product
-  return m;
-}
-
 // Where each target is declared, and the lines of that CMakeLists.txt naming another target.
 struct CMakeSources {
   std::map<std::string, std::string> file_of_target;
@@ -140,6 +130,25 @@ CMakeSources ReadCMakeLists(const std::string& src) {
     }
   }
   return out;
+}
+
+// Module of a cloister target: cloister_<module>; a module's sub-library, cloister_<module>_<part>
+// declared in src/<module>/CMakeLists.txt (no module's directory has a '_' in its name);
+// cloister-agent -> guest; else "".
+std::string ModuleOfTarget(const std::string& target, const CMakeSources& cm) {
+  if (target == "cloister-agent") return "guest";
+  const std::string prefix = "cloister_";
+  if (target.rfind(prefix, 0) != 0) return "";
+  std::string m = target.substr(prefix.size());
+  if (m.find("_testing") != std::string::npos) return "";  // test fixtures are not product
+  size_t sub = m.find('_');
+  if (sub == std::string::npos) return m;
+  auto declared = cm.file_of_target.find(target);
+  std::string module = m.substr(0, sub);
+  if (declared != cm.file_of_target.end() && declared->second == "src/" + module + "/CMakeLists.txt") {
+    return module;
+  }
+  return m;
 }
 
 // FILE:LINE of the first line in `from`'s CMakeLists.txt that names `to` as a word.
@@ -183,9 +192,9 @@ std::vector<std::string> TargetViolations(const TargetGraph& g, const CMakeSourc
   std::vector<std::string> out;
   for (const ModuleRule& rule : Rules()) {
     for (const std::string& target : g.targets) {
-      if (ModuleOfTarget(target) != rule.module) continue;
+      if (ModuleOfTarget(target, cm) != rule.module) continue;
       for (const auto& [reached, path] : Reach(g, target)) {
-        std::string m = ModuleOfTarget(reached);
+        std::string m = ModuleOfTarget(reached, cm);
         if (m.empty() || !Forbids(rule, m)) continue;
         std::string chain;
         for (const std::string& t : path) chain += (chain.empty() ? "" : " -> ") + t;
@@ -289,10 +298,15 @@ std::vector<std::string> UndeclaredIncludes(const std::string& src, const CMakeS
     std::string module = dir.path().filename().string();
     std::string target = "cloister_" + module;
     if (!g.targets.count(target)) continue;
-    auto reach = Reach(g, target);
+    std::set<std::string> reached_modules;  // a sub-library counts as its module
+    for (const auto& [reached, path] : Reach(g, target)) {
+      reached_modules.insert(ModuleOfTarget(reached, cm));
+    }
     for (const Include& inc : ProductIncludes(src, cm, module)) {
       std::string to = "cloister_" + inc.module;
-      if (inc.module == module || !g.targets.count(to) || reach.count(to)) continue;
+      if (inc.module == module || !g.targets.count(to) || reached_modules.count(inc.module)) {
+        continue;
+      }
       out.push_back(inc.file + ":" + std::to_string(inc.line) + ": " + target + " includes " +
                     inc.module + " (" + inc.text + ") but does not link " + to);
     }
@@ -364,6 +378,43 @@ TEST(ArchRuleTest, AnIncludeOfAModuleTheTargetDoesNotLinkIsUndeclared) {
   fs::remove_all(src);
   ASSERT_EQ(u.size(), 1u) << Joined(u);
   EXPECT_EQ(u[0].rfind("src/aws/a.cc:2: cloister_aws includes proxy", 0), 0u) << u[0];
+}
+
+TEST(ArchRuleTest, ASubLibraryCountsAsItsModule) {
+  // A sub-library declared in its module's directory is that module; a target elsewhere (a
+  // bench's helper library) whose name only looks like one is not.
+  std::string src = testing::TempDir() + "/arch_sub_" + std::to_string(getpid());
+  fs::remove_all(src);
+  fs::create_directories(src + "/src/ui");
+  fs::create_directories(src + "/src/supervisor");
+  std::ofstream(src + "/src/ui/CMakeLists.txt") << "add_library(cloister_ui a.cc)\n";
+  std::ofstream(src + "/src/ui/a.cc") << "#include \"supervisor/control.h\"\n";
+  std::ofstream(src + "/src/supervisor/CMakeLists.txt")
+      << "add_library(cloister_supervisor_protocol control.cc)\n"
+         "add_library(cloister_supervisor s.cc)\n";
+  CMakeSources cm = ReadCMakeLists(src);
+  EXPECT_EQ(ModuleOfTarget("cloister_supervisor_protocol", cm), "supervisor");
+  EXPECT_EQ(ModuleOfTarget("cloister_supervisor", cm), "supervisor");
+  EXPECT_EQ(ModuleOfTarget("cloister_proxy_testing", cm), "");
+  EXPECT_EQ(ModuleOfTarget("cloister_vm_bench_util", cm), "vm_bench_util");
+  // Linking the sub-library declares an include of its module...
+  TargetGraph g = ParseGraphviz(
+      "    \"node0\" [ label = \"cloister_ui\", shape = octagon ];\n"
+      "    \"node1\" [ label = \"cloister_supervisor_protocol\", shape = octagon ];\n"
+      "    \"node2\" [ label = \"cloister_supervisor\", shape = octagon ];\n"
+      "    \"node0\" -> \"node1\"  // cloister_ui -> cloister_supervisor_protocol\n");
+  std::vector<std::string> u = UndeclaredIncludes(src, cm, g);
+  EXPECT_TRUE(u.empty()) << Joined(u);
+  // ...and reaching it is reaching the module, for the forbidden edges too.
+  TargetGraph guest = ParseGraphviz(
+      "    \"node0\" [ label = \"cloister_guest\", shape = octagon ];\n"
+      "    \"node1\" [ label = \"cloister_supervisor_protocol\", shape = octagon ];\n"
+      "    \"node0\" -> \"node1\"  // cloister_guest -> cloister_supervisor_protocol\n");
+  std::vector<std::string> v = TargetViolations(guest, cm);
+  fs::remove_all(src);
+  ASSERT_EQ(v.size(), 1u) << Joined(v);
+  EXPECT_NE(v[0].find("cloister_guest reaches cloister_supervisor_protocol"), std::string::npos)
+      << v[0];
 }
 
 // ---- The tree ----
