@@ -84,13 +84,19 @@ exec /usr/bin/chromium "$@"
 )SH";
 
 // Run in the workspace guest as dev: node ~/pw.js MODE ARG -> one line "RESULT {json}".
+// Its "ms" says where a run's guest time goes (Node's own start, loading playwright-core, the CDP
+// connection, the whole run): figures for the test's cost, asserted on by nothing.
 const char kDriver[] = R"JS(
+const t0 = Date.now();
+const ms = {node_start: Math.round(process.uptime() * 1000)};
 const { chromium } = require(process.env.HOME + '/pw/node_modules/playwright-core');
+ms.require = Date.now() - t0;
 const fs = require('fs');
 const mode = process.argv[2], arg = process.argv[3] || '';
-const out = {};
+const out = {ms};
 (async () => {
   const browser = await chromium.connectOverCDP('http://127.0.0.1:9222', {timeout: 240000});
+  ms.connect = Date.now() - t0 - ms.require;
   out.version = browser.version();
   const ctx = browser.contexts()[0];
   const page = await ctx.newPage();
@@ -147,6 +153,7 @@ const out = {};
       out.submit = r ? {status: r.status(), text: await page.innerText('body')} : {status: 0};
     } catch (e) { out.submit = {error: String(e.message).split('\n')[0]}; }
   }
+  ms.run = Date.now() - t0;
   console.log('RESULT ' + JSON.stringify(out));
   process.exit(0);
 })().catch((e) => { console.log('FATAL ' + e.stack); process.exit(1); });
@@ -222,8 +229,11 @@ class BrowserRealVmTest : public testing::CliVmTest {
   // output printed).
   json Drive(const std::string& mode, const std::string& arg = "") {
     int code = -1;
+    auto start = Clock::now();
     std::string out = Exec("ws", "cd ~ && node pw.js \"$0\" \"$1\" 2>&1", &code, "dev", {mode, arg});
-    std::cerr << "[driver " << mode << "] exit " << code << ": " << out.substr(0, 4000) << "\n";
+    std::cerr << "[driver " << mode << "] exit " << code << " after "
+              << std::chrono::duration<double>(Clock::now() - start).count()
+              << " s: " << out.substr(0, 4000) << "\n";
     auto line_after = [&](const std::string& tag) -> std::optional<std::string> {
       size_t at = out.find(tag);
       if (at == std::string::npos) return std::nullopt;
