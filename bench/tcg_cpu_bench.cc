@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "bench/vm_bench_util.h"
 #include "supervisor/launcher.h"
@@ -72,28 +73,12 @@ const std::vector<SmokePhase> kSmokePhases = {
      "ok"},
 };
 
-std::string Trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
-}
-
 double Median(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
-
-struct Cloister {
-  std::string exe, store;
-  Result<RunOutput> Run(std::vector<std::string> args, const std::string& cpu) const {
-    args.insert(args.begin(), {exe, "--store", store});
-    RunOptions o;
-    o.timeout = std::chrono::minutes(10);
-    o.env_set = {{"CLOISTER_TCG_CPU", cpu}};
-    return RunProcess(args, o);
-  }
-};
 
 }  // namespace
 
@@ -121,7 +106,8 @@ int main(int argc, char** argv) {
     std::cerr << "tcg_cpu_bench: no image (pass IMAGE_DIR, or `cloister image build --test`)\n";
     return 1;
   }
-  std::string image = fs::absolute(image_dir).string() + "/disk.raw";
+  image_dir = fs::absolute(image_dir).string();
+  std::string image = image_dir + "/disk.raw";
   if (access(image.c_str(), R_OK) != 0) {
     std::cerr << "tcg_cpu_bench: no " << image << "\n";
     return 1;
@@ -136,12 +122,13 @@ int main(int argc, char** argv) {
     }
     found = *exe;
   }
-  char tmpl[] = "/tmp/cloister-tcgbench-XXXXXX";
-  if (!mkdtemp(tmpl)) {
-    std::perror("tcg_cpu_bench: mkdtemp");
+  setenv("CLOISTER_EXE", found.c_str(), 1);  // what BenchStore::Cli runs
+  // A throwaway store: removed at the end, its VMs forced off, on every return below too.
+  auto bs = bench::BenchStore::Make();
+  if (!bs) {
+    std::cerr << "tcg_cpu_bench: no temporary store under /tmp\n";
     return 1;
   }
-  Cloister c{found, tmpl};
   const std::vector<std::string> models = {"max", vm::kTcgCpuModel};
   std::map<std::string, std::map<std::string, std::vector<double>>> secs;  // model -> phase -> s
   std::vector<std::pair<std::string, std::string>> phases_run;  // name, script
@@ -154,10 +141,8 @@ int main(int argc, char** argv) {
             << image << (smoke ? " (smoke: tiny workloads)" : "") << "; " << bench::LoadAverage()
             << "\n";
   int failures = 0;
-  auto fatal = [&](const std::string& what, const std::string& name, const std::string& model) {
+  auto fatal = [](const std::string& what) {
     std::cerr << "tcg_cpu_bench: FAILED: " << what << "\n";
-    (void)c.Run({"stop", name, "--force"}, model);
-    fs::remove_all(c.store);
     return 1;
   };
   for (int r = 0; r < runs; ++r) {
@@ -165,54 +150,41 @@ int main(int argc, char** argv) {
       // Alternate which model goes first, so a trend in the machine's load hits both.
       const std::string& model = models[(k + static_cast<size_t>(r)) % models.size()];
       std::string name = "b" + std::to_string(r) + "-" + std::to_string(k);
-      auto created =
-          c.Run({"create", name, "--image", image, "--memory", std::to_string(memory)}, model);
-      if (!created.ok() || !created->success()) {
-        return fatal("create (-cpu " + model + "): " +
-                         (created.ok() ? created->err : created.error().ToString()),
-                     name, model);
-      }
+      if (!bs->Create(name, image_dir, memory)) return fatal("create (-cpu " + model + ")");
       auto t0 = Clock::now();
-      auto started = c.Run({"start", name, "--accel", "tcg"}, model);
-      if (!started.ok() || !started->success()) {
-        return fatal("start (-cpu " + model + "): " +
-                         (started.ok() ? started->err : started.error().ToString()),
-                     name, model);
-      }
+      // The supervisor `start` spawns reads the CPU model from its environment.
+      RunOutput started = bs->Cli({"start", name, "--accel", "tcg"}, {{"CLOISTER_TCG_CPU", model}});
+      if (!started.success()) return fatal("start (-cpu " + model + "): " + started.err);
       secs[model]["boot"].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       std::printf("round %d, -cpu %s: boot %.1f s", r + 1, model.c_str(), secs[model]["boot"].back());
       std::fflush(stdout);
       // Untimed: the guest runs the model asked for (max has ERMS; cloister's default drops it).
-      auto cpu = c.Run({"exec", name, "-u", "root", "--", "sh", "-c",
-                        "grep -qw erms /proc/cpuinfo && echo erms || echo no-erms"},
-                       model);
+      int code = -1;
+      std::string cpu =
+          Trim(bs->Exec(name, "grep -qw erms /proc/cpuinfo && echo erms || echo no-erms", &code));
       std::string want_cpu = model == "max" ? "erms" : "no-erms";
-      if (!cpu.ok() || !cpu->success() || Trim(cpu->out) != want_cpu) {
+      if (code != 0 || cpu != want_cpu) {
         std::printf("\n");
-        return fatal("-cpu " + model + ": the guest's /proc/cpuinfo says '" +
-                         (cpu.ok() ? Trim(cpu->out) + cpu->err : cpu.error().ToString()) +
-                         "', not " + want_cpu,
-                     name, model);
+        return fatal("-cpu " + model + ": the guest's /proc/cpuinfo says '" + cpu + "' (exit " +
+                     std::to_string(code) + "), not " + want_cpu);
       }
       for (size_t ph = 0; ph < phases_run.size(); ++ph) {
         const auto& [phase, script] = phases_run[ph];
         auto p0 = Clock::now();
-        auto out = c.Run({"exec", name, "-u", "root", "--", "sh", "-c", script}, model);
+        int rc = -1;
+        std::string out = Trim(bs->Exec(name, script, &rc));  // a failed exec is printed there
         double s = std::chrono::duration<double>(Clock::now() - p0).count();
-        if (!out.ok() || !out->success()) {
+        if (rc != 0) {
           ++failures;
           std::printf(", %s FAILED", phase.c_str());
-          std::cerr << "tcg_cpu_bench: -cpu " << model << ", " << phase << " failed: "
-                    << (out.ok() ? "exit " + std::to_string(out->exit_code) + ": " + Trim(out->err)
-                                 : out.error().ToString())
-                    << "\n";
+          std::cerr << "tcg_cpu_bench: -cpu " << model << ", " << phase << " failed\n";
           continue;
         }
-        if (smoke && Trim(out->out) != kSmokePhases[ph].expect) {
+        if (smoke && out != kSmokePhases[ph].expect) {
           ++failures;
           std::printf(", %s WRONG", phase.c_str());
           std::cerr << "tcg_cpu_bench: -cpu " << model << ", " << phase << ": the guest printed '"
-                    << Trim(out->out) << "', not '" << kSmokePhases[ph].expect << "'\n";
+                    << out << "', not '" << kSmokePhases[ph].expect << "'\n";
           continue;
         }
         secs[model][phase].push_back(s);
@@ -220,11 +192,10 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
       std::fflush(stdout);
-      (void)c.Run({"stop", name, "--force"}, model);
-      (void)c.Run({"rm", name, "-f"}, model);
+      bs->ForceStop(name);
+      (void)bs->Cli({"rm", name, "-f"});
     }
   }
-  fs::remove_all(c.store);
   std::printf("\nmedians (s)     %-10s %-24s ratio max/default\n", "max", vm::kTcgCpuModel);
   std::vector<std::string> phases = {"boot"};
   for (const auto& [phase, script] : phases_run) phases.push_back(phase);
