@@ -28,9 +28,10 @@ inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client
 // 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
 // 6: virtio_balloon (free page reporting), the boot hook's "started" line, openssh-server and
 // rsync (IDE access, guest/sshd.h), the sshd privilege separation user
-inline constexpr char kFullRecipeVersion[] = "3";  // 2: nftables; 3: units masked
+inline constexpr char kFullRecipeVersion[] = "4";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
-// sshd runs per channel stream), rsync, dev not locked for sshd
+// sshd runs per channel stream), rsync, dev not locked for sshd; 4: unused hardware modules
+// blacklisted (UnloadedModules), an initramfs of the root's drivers only (FullInitramfsModules)
 
 inline constexpr char kBrowserRecipeVersion[] = "1";
 
@@ -58,5 +59,10 @@ Result<catalog::ImageEntry> BuildFullImage(const BuildOptions& options);
 // The systemd units the full image masks (symlinks to /dev/null in /etc/systemd/system): gettys
 // for a display and a serial line nobody types into, e2scrub for LVM the VM has none of.
 const std::vector<std::string>& MaskedUnits();
+// The modules the full image blacklists (/etc/modprobe.d/cloister-vm.conf): drivers for hardware
+// of QEMU's q35 machine and CPU model that a workspace does not use, which udev would load.
+const std::vector<std::string>& UnloadedModules();
+// The modules the full image's initramfs carries (MODULES=list): an ext4 root on virtio-blk.
+const std::vector<std::string>& FullInitramfsModules();
 
 }  // namespace cloister::image

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "base/subprocess.h"
@@ -53,6 +54,14 @@ TEST(FullImageTest, BuildsDebianWithSystemdUserDevSudoAndTheBootHook) {
               std::string::npos)
         << unit << " is not masked";
   }
+  std::string blacklist = Debugfs(disk, "cat /etc/modprobe.d/cloister-vm.conf");
+  for (const std::string& m : UnloadedModules()) {
+    EXPECT_NE(blacklist.find("blacklist " + m + "\n"), std::string::npos) << m;
+  }
+  // The initramfs of the root's drivers only: Debian's MODULES=most one was 35 MiB.
+  EXPECT_NE(Debugfs(disk, "cat /etc/initramfs-tools/conf.d/cloister").find("MODULES=list"),
+            std::string::npos);
+  EXPECT_LT(std::filesystem::file_size(o.out_dir + "/initrd.img"), 16u << 20);
   EXPECT_EQ(Debugfs(disk, "stat /usr/lib/cloister/cloister-agent").find("Type: regular"),
             std::string::npos);
   // IDE access (guest/sshd.h): sshd runs only per channel stream, so the image's own service is
