@@ -8,9 +8,12 @@
 //             guest agent's READY (supervisor, disks, proxy, metadata disk, QEMU, firmware, kernel,
 //             init, agent setup, terminal probe, tmux, proven-boot checkpoint), with each phase;
 // for the test image and the default image (whichever are there), and the ratio cloister / bare
-// (the goal: at most 1.15). Also QEMU's idle RSS right after READY. Each side runs with both
-// kernel entries (vm/pvh_kernel.h): PVH with the derived vmlinux (cloister's default) and the
-// bzImage through SeaBIOS (`CLOISTER_KERNEL_BOOT=bzimage`), unless --kernel-boot picks one.
+// (the goal: at most 1.15). Also QEMU's idle RSS right after READY, and (where the console
+// stamps the hook's line with the kernel's clock: systemd images) the guest's clock at the hook
+// on both sides, which says whether the boots differ before the hook or only after it. Each
+// side runs with both kernel entries (vm/pvh_kernel.h): PVH with the derived vmlinux (cloister's
+// default) and the bzImage through SeaBIOS (`CLOISTER_KERNEL_BOOT=bzimage`), unless
+// --kernel-boot picks one.
 //
 // Usage: vm_boot_bench [--image DIR]... [--runs N] [--memory MIB] [--kernel-boot pvh|bzimage]
 //                      [--smoke]
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
 #include "bench/vm_bench_util.h"
 #include "vm/pvh_kernel.h"
 #include "image/boot_hook.h"
@@ -42,8 +46,22 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Seconds from exec to the boot hook starting on the serial console, or -1.
-double BareBoot(const std::string& image_dir, const std::string& kernel, int memory, int cpus) {
+// The guest's clock (the kernel's "[   12.345678]" prefix) on the console line where the boot
+// hook says it started, or -1. Both sides log it, so the two boots compare up to the same point
+// on the guest's own clock, without the host's QEMU start.
+double GuestClockAtHook(const std::string& console) {
+  size_t at = console.find(image::kBootHookStartedLine);
+  if (at == std::string::npos) return -1;
+  size_t line = console.rfind('\n', at);
+  line = line == std::string::npos ? 0 : line + 1;
+  if (line >= console.size() || console[line] != '[') return -1;
+  return std::atof(console.c_str() + line + 1);
+}
+
+// Seconds from exec to the boot hook starting on the serial console, or -1; the guest's clock at
+// that line into *guest_clock.
+double BareBoot(const std::string& image_dir, const std::string& kernel, int memory, int cpus,
+                double* guest_clock) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return -1;
   vm::VmSpec spec;  // cloister's defaults: CPU model, tb-size, command line
@@ -83,6 +101,16 @@ double BareBoot(const std::string& image_dir, const std::string& kernel, int mem
         seen.find("Started cloister-boot.service") != std::string::npos ||
         seen.find("Started \x1b[0;1;39mcloister-boot.service") != std::string::npos) {
       secs = std::chrono::duration<double>(Clock::now() - start).count();
+      // The rest of the hook's line, for its clock prefix.
+      for (int i = 0; i < 20 && seen.find('\n', seen.find(image::kBootHookStartedLine)) ==
+                                      std::string::npos; ++i) {
+        pollfd q{out[0], POLLIN, 0};
+        if (poll(&q, 1, 50) <= 0) break;
+        ssize_t m = read(out[0], buf, sizeof(buf));
+        if (m <= 0) break;
+        seen.append(buf, static_cast<size_t>(m));
+      }
+      *guest_clock = GuestClockAtHook(seen);
       break;
     }
     if (seen.size() > (1 << 20)) seen.erase(0, seen.size() - 4096);
@@ -169,7 +197,8 @@ int main(int argc, char** argv) {
       double bare_total = 0, cl_total = 0;
       int ok_runs = 0;
       for (int r = 0; r < runs; ++r) {
-        double bare = BareBoot(image, kernel, memory, cpus);
+        double bare_hook = -1;
+        double bare = BareBoot(image, kernel, memory, cpus, &bare_hook);
         std::string ws = "boot" + std::to_string(n++);
         if (!store->Create(ws, image, memory, cpus)) return 1;
         auto t0 = Clock::now();
@@ -186,11 +215,18 @@ int main(int argc, char** argv) {
         pid_t qemu = store->QemuPid(ws);
         long rss = qemu > 0 ? bench::ProcKib(qemu, "status", "VmRSS:") / 1024 : -1;
         store->ForceStop(ws);
+        auto console = ReadFileBounded(store->root() + "/workspaces/" + ws + "/console.log", 16 << 20);
+        double cl_hook = console.ok() ? GuestClockAtHook(*console) : -1;
         std::printf("%s [%s] run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
                     "ratio %.2f; QEMU RSS at READY %ld MiB\n  phases (ms):",
                     image.c_str(), entry.c_str(), r + 1, bare, cl, cl / bare, rss);
         for (const auto& [name, ms] : TimingRows(started.out)) std::printf(" %s %ld", name.c_str(), ms);
         std::printf("\n");
+        // Where the two boots part: equal clocks here put all of the difference after the hook.
+        if (bare_hook >= 0 && cl_hook >= 0) {
+          std::printf("  guest clock at the boot hook's start: bare %.2f s, cloister %.2f s\n",
+                      bare_hook, cl_hook);
+        }
         std::fflush(stdout);
         bare_total += bare;
         cl_total += cl;
