@@ -685,15 +685,13 @@ Status Supervisor::TakeProvenBootCheckpoint() {
       (void)store_->AbortCheckpoint(*lock_, prepared);
       return fdset.error();
     }
+    // Both disks' new tops pass the guest's discards down, as at boot (vm/qemu_args.cc).
     json add = {{"driver", "qcow2"},
                 {"node-name", node},
-                {"file", {{"driver", "file"}, {"filename", *fdset}}},
-                {"backing", nullptr}};
-    if (disk.disk == DiskKind::kHome || true) {
-      add["discard"] = "unmap";
-      add["detect-zeroes"] = "unmap";
-      add["file"]["discard"] = "unmap";
-    }
+                {"file", {{"driver", "file"}, {"filename", *fdset}, {"discard", "unmap"}}},
+                {"backing", nullptr},
+                {"discard", "unmap"},
+                {"detect-zeroes", "unmap"}};
     auto added = qmp_->Execute("blockdev-add", add);
     if (!added.ok()) {
       (void)store_->AbortCheckpoint(*lock_, prepared);
