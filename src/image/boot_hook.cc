@@ -24,7 +24,13 @@ while [ ! -b "$DEV" ]; do
   fi
   sleep 0.1
 done
-if ! mountpoint -q "$META"; then
+# Mounted already (a restarted hook)? Shell builtins only: one process fewer on the boot's path,
+# and busybox's root has no mountpoint applet.
+mounted=0
+while read -r _ where _; do
+  [ "$where" = "$META" ] && mounted=1
+done < /proc/mounts
+if [ "$mounted" = 0 ]; then
   mount -t ext4 -o ro,nodev,nosuid "$DEV" "$META" || {
     echo "cloister-boot-hook: cannot mount $DEV at $META" >&2
     exit 1

@@ -24,16 +24,18 @@ inline constexpr char kBrowserImageName[] = "browser";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "6";  // 2: curl; 3: openssh-client, git, gh;
+inline constexpr char kTestRecipeVersion[] = "7";  // 2: curl; 3: openssh-client, git, gh;
 // 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
 // 6: virtio_balloon (free page reporting), the boot hook's "started" line, openssh-server and
-// rsync (IDE access, guest/sshd.h), the sshd privilege separation user
-inline constexpr char kFullRecipeVersion[] = "4";  // 2: nftables; 3: units masked
+// rsync (IDE access, guest/sshd.h), the sshd privilege separation user; 7: the boot hook and rcS
+// check their mounts with the shell and grep (busybox has no mountpoint applet)
+inline constexpr char kFullRecipeVersion[] = "5";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
 // sshd runs per channel stream), rsync, dev not locked for sshd; 4: unused hardware modules
-// blacklisted (UnloadedModules), an initramfs of the root's drivers only (FullInitramfsModules)
+// blacklisted (UnloadedModules), an initramfs of the root's drivers only (FullInitramfsModules);
+// 5: the boot hook checks its mount with shell builtins (no mountpoint process)
 
-inline constexpr char kBrowserRecipeVersion[] = "1";
+inline constexpr char kBrowserRecipeVersion[] = "2";  // 2: the boot hook's mount check (test 7)
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)

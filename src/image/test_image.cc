@@ -145,7 +145,8 @@ std::vector<catalog::PostInstallStep> BusyboxRootSteps() {
                    "#!/bin/sh\n"
                    "mount -t proc proc /proc\n"
                    "mount -t sysfs sysfs /sys\n"
-                   "mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev\n"
+                   // The initramfs moved its /dev here (busybox has no mountpoint applet).
+                   "grep -qs ' /dev devtmpfs ' /proc/mounts || mount -t devtmpfs devtmpfs /dev\n"
                    "mkdir -p /dev/pts /dev/shm\n"
                    "mount -t devpts -o gid=5,mode=620 devpts /dev/pts\n"
                    "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"

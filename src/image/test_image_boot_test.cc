@@ -78,6 +78,8 @@ TEST(TestImageBootTest, BootsUnderTcgAndRunsTheAgentFromTheMetadataDisk) {
   EXPECT_NE(out.find("FAKE-AGENT-TMUX-SESSION 0"), std::string::npos);
   EXPECT_NE(out.find("FAKE-AGENT-CURL curl 7."), std::string::npos);  // Debian's real client
   EXPECT_NE(out.find("FAKE-AGENT-DONE"), std::string::npos);
+  // The boot scripts (rcS, the hook) run only what the image has (busybox has no mountpoint).
+  EXPECT_EQ(out.find("not found"), std::string::npos) << "a boot script ran a missing command";
 }
 
 }  // namespace
