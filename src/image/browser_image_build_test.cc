@@ -60,7 +60,9 @@ TEST(BrowserImageBuildTest, SignedWithItsRecipeAndHoldsChromiumButNoPackageManag
   ASSERT_TRUE(built.ok()) << built.error().ToString();
   std::cerr << built->out << built->err;
   ASSERT_TRUE(built->success()) << built->err;
-  EXPECT_NE(built->out.find("built browser 1+linux-"), std::string::npos) << built->out;
+  EXPECT_NE(built->out.find("built browser " + std::string(kBrowserRecipeVersion) + "+linux-"),
+            std::string::npos)
+      << built->out;
 
   auto ls = RunProcess({cloister, "image", "ls", "--json"}, ro);
   ASSERT_TRUE(ls.ok() && ls->success());
