@@ -101,9 +101,11 @@ double BareBoot(const std::string& image_dir, const std::string& kernel, int mem
         seen.find("Started cloister-boot.service") != std::string::npos ||
         seen.find("Started \x1b[0;1;39mcloister-boot.service") != std::string::npos) {
       secs = std::chrono::duration<double>(Clock::now() - start).count();
-      // The rest of the hook's line, for its clock prefix.
-      for (int i = 0; i < 20 && seen.find('\n', seen.find(image::kBootHookStartedLine)) ==
-                                      std::string::npos; ++i) {
+      // The rest of the hook's line, for its clock prefix (an image without the line has none).
+      const size_t hook = seen.find(image::kBootHookStartedLine);
+      for (int i = 0; hook != std::string::npos && i < 20 &&
+                      seen.find('\n', hook) == std::string::npos;
+           ++i) {
         pollfd q{out[0], POLLIN, 0};
         if (poll(&q, 1, 50) <= 0) break;
         ssize_t m = read(out[0], buf, sizeof(buf));
@@ -215,7 +217,7 @@ int main(int argc, char** argv) {
         pid_t qemu = store->QemuPid(ws);
         long rss = qemu > 0 ? bench::ProcKib(qemu, "status", "VmRSS:") / 1024 : -1;
         store->ForceStop(ws);
-        auto console = ReadFileBounded(store->root() + "/workspaces/" + ws + "/console.log", 16 << 20);
+        auto console = ReadFileBounded(store->store().Paths(ws).console_log, 16 << 20);
         double cl_hook = console.ok() ? GuestClockAtHook(*console) : -1;
         std::printf("%s [%s] run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
                     "ratio %.2f; QEMU RSS at READY %ld MiB\n  phases (ms):",

@@ -322,6 +322,22 @@ std::string Joined(const std::vector<std::string>& v) {
 
 // ---- The rule's own checks (a rule that cannot fire proves nothing) ----
 
+// A graph as `cmake --graphviz` writes it: `targets` become node0, node1, ...; each edge links
+// targets[from] to targets[to]. GraphvizParsesTransitivePaths checks the parser on literal text.
+TargetGraph Graph(const std::vector<std::string>& targets,
+                  const std::vector<std::pair<size_t, size_t>>& edges) {
+  std::string text;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    text += "    \"node" + std::to_string(i) + "\" [ label = \"" + targets[i] +
+            "\", shape = octagon ];\n";
+  }
+  for (const auto& [from, to] : edges) {
+    text += "    \"node" + std::to_string(from) + "\" -> \"node" + std::to_string(to) + "\"  // " +
+            targets[from] + " -> " + targets[to] + "\n";
+  }
+  return ParseGraphviz(text);
+}
+
 TEST(ArchRuleTest, GraphvizParsesTransitivePaths) {
   TargetGraph g = ParseGraphviz(
       "    \"node0\" [ label = \"cloister_vm\", shape = octagon ];\n"
@@ -369,11 +385,7 @@ TEST(ArchRuleTest, AnIncludeOfAModuleTheTargetDoesNotLinkIsUndeclared) {
   std::ofstream(src + "/src/aws/a.cc") << "#include \"vault/vault.h\"\n"
                                          "#include \"proxy/filter.h\"\n";
   CMakeSources cm = ReadCMakeLists(src);
-  TargetGraph g = ParseGraphviz(
-      "    \"node0\" [ label = \"cloister_aws\", shape = octagon ];\n"
-      "    \"node1\" [ label = \"cloister_vault\", shape = octagon ];\n"
-      "    \"node2\" [ label = \"cloister_proxy\", shape = octagon ];\n"
-      "    \"node0\" -> \"node1\"  // cloister_aws -> cloister_vault\n");
+  TargetGraph g = Graph({"cloister_aws", "cloister_vault", "cloister_proxy"}, {{0, 1}});
   std::vector<std::string> u = UndeclaredIncludes(src, cm, g);
   fs::remove_all(src);
   ASSERT_EQ(u.size(), 1u) << Joined(u);
@@ -398,18 +410,12 @@ TEST(ArchRuleTest, ASubLibraryCountsAsItsModule) {
   EXPECT_EQ(ModuleOfTarget("cloister_proxy_testing", cm), "");
   EXPECT_EQ(ModuleOfTarget("cloister_vm_bench_util", cm), "vm_bench_util");
   // Linking the sub-library declares an include of its module...
-  TargetGraph g = ParseGraphviz(
-      "    \"node0\" [ label = \"cloister_ui\", shape = octagon ];\n"
-      "    \"node1\" [ label = \"cloister_supervisor_protocol\", shape = octagon ];\n"
-      "    \"node2\" [ label = \"cloister_supervisor\", shape = octagon ];\n"
-      "    \"node0\" -> \"node1\"  // cloister_ui -> cloister_supervisor_protocol\n");
+  TargetGraph g =
+      Graph({"cloister_ui", "cloister_supervisor_protocol", "cloister_supervisor"}, {{0, 1}});
   std::vector<std::string> u = UndeclaredIncludes(src, cm, g);
   EXPECT_TRUE(u.empty()) << Joined(u);
   // ...and reaching it is reaching the module, for the forbidden edges too.
-  TargetGraph guest = ParseGraphviz(
-      "    \"node0\" [ label = \"cloister_guest\", shape = octagon ];\n"
-      "    \"node1\" [ label = \"cloister_supervisor_protocol\", shape = octagon ];\n"
-      "    \"node0\" -> \"node1\"  // cloister_guest -> cloister_supervisor_protocol\n");
+  TargetGraph guest = Graph({"cloister_guest", "cloister_supervisor_protocol"}, {{0, 1}});
   std::vector<std::string> v = TargetViolations(guest, cm);
   fs::remove_all(src);
   ASSERT_EQ(v.size(), 1u) << Joined(v);
