@@ -147,7 +147,7 @@ Status InstallCaCertificate(const std::string& pem, const std::string& ca_file,
   return WriteFileWithParents(bundle, existing + cert, 0644);
 }
 
-void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
+void ApplySystemSetup(const AgentConfig& c, const AgentOptions& o) {
   Logger log(o.log);
   if (!c.hostname.empty() && sethostname(c.hostname.data(), c.hostname.size()) != 0) {
     log("sethostname: " + std::string(std::strerror(errno)));
@@ -191,6 +191,10 @@ void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
   if (auto st = WriteFileWithParents(o.profile_path, ProfileScript(c.env), 0644); !st.ok()) {
     log(st.error().message());
   }
+}
+
+void ApplyFiles(const AgentConfig& c, const AgentOptions& o) {
+  Logger log(o.log);
   if (!c.ca_certificate.empty()) {
     if (auto st = InstallCaCertificate(c.ca_certificate, o.ca_file, o.ca_bundle); !st.ok()) {
       log("proxy CA: " + st.error().message());
@@ -218,6 +222,11 @@ void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
       }
     }
   }
+}
+
+void ApplySetup(const AgentConfig& c, const AgentOptions& o) {
+  ApplySystemSetup(c, o);
+  ApplyFiles(c, o);
 }
 
 Result<std::string> FindVirtioPort(const std::string& name, const std::string& sys_dir,
@@ -469,10 +478,11 @@ int RunAgent(const AgentOptions& o) {
   std::string ready_info;
 
   // Transparent egress: DNS, redirect rules and the listener, for the whole boot. Its setup
-  // (modprobe and nft: processes, most of the agent's setup on the default image) runs on a
-  // thread of its own beside the mounts and files below, and is joined before the terminal probe,
-  // the tool's installer or a browser starts (the tmux session may start before: nothing leaves
-  // the guest without the host either way, docs/threat-model.md).
+  // (modprobe and the rules, most of the agent's setup on the default image) runs on a thread of
+  // its own beside the mounts, the files, the tmux session and the terminal probe below, and is
+  // joined before the tool's installer or a browser starts and before READY (nothing that runs
+  // before then can send anything out: the guest has no route but through the host's channel,
+  // docs/threat-model.md).
   std::unique_ptr<TransparentEgress> transparent;
   std::thread transparent_setup;
   if (config->transparent.enabled) transparent_setup = std::thread([&] {
@@ -503,17 +513,19 @@ int RunAgent(const AgentOptions& o) {
     }
   });
 
-  if (o.setup) ApplySetup(*config, o);
-  // The user the session and the probe run as, looked up once the setup wrote what it writes.
+  if (o.setup) ApplySystemSetup(*config, o);
+  // The user the session and the probe run as, looked up once the mounts are there.
   const Result<UserInfo> user = LookupUser(config->user, o.passwd_path, o.group_path);
   const std::vector<std::string> user_env =
       user.ok() ? CommandEnv(*user, config->env, {}, "xterm-256color") : std::vector<std::string>{};
 
   // The tmux session that `attach` joins, started as soon as what a login shell needs is there
-  // (the mounts, the profile, the files), beside the forwarders, the egress's setup and the
+  // (the mounts and the profile), beside the files, the forwarders, the egress's setup and the
   // terminal probe: a tmux client's start alone is ~0.15 s of guest time under TCG, the session
-  // ~0.4 s. READY waits for it. Its first window runs the tool's window script, which waits for
-  // the installer (started after the probe, below). A browser VM has no session.
+  // ~0.4 s. READY waits for it, and nobody can type into it before READY. Its first window runs
+  // the tool's window script, which waits for the installer (started after the probe and the
+  // egress, below), so the tool never starts before the files (its credentials) are written.
+  // A browser VM has no session.
   auto session_started = std::make_shared<std::promise<void>>();
   std::shared_future<void> session = session_started->get_future().share();
   if (config->browser.enabled) {
@@ -544,6 +556,37 @@ int RunAgent(const AgentOptions& o) {
         log(t.error().message());
       }
       log("tmux session " + Seconds(std::chrono::steady_clock::now() - s0));
+    }).detach();
+  }
+
+  if (o.setup) ApplyFiles(*config, o);
+
+  // The terminal probe (a login shell in a pty computing a nonce), beside the egress's setup and
+  // the session: it sends nothing out. Its result and when it ended go to the READY thread.
+  struct ProbeResult {
+    Status status = OkStatus();
+    int64_t done_ms = 0;
+  };
+  std::shared_future<ProbeResult> probe;
+  if (!config->browser.enabled) {
+    auto probe_done = std::make_shared<std::promise<ProbeResult>>();
+    probe = probe_done->get_future().share();
+    std::thread([&, probe_done, timeout_s = config->ready_timeout_s] {
+      ProbeResult r;
+      if (!user.ok()) {
+        r.status = Error(ErrorCode::kNotFound, "ready check: " + user.error().message());
+      } else {
+        auto t0 = std::chrono::steady_clock::now();
+        auto deadline = t0 + std::chrono::seconds(timeout_s);
+        do {
+          r.status = CheckTerminal(*user, user_env, o.switch_user, std::chrono::seconds(20));
+          if (r.status.ok()) break;
+          log("ready check: " + r.status.error().message() + " (retrying)");
+        } while (std::chrono::steady_clock::now() < deadline);
+        log("terminal probe " + Seconds(std::chrono::steady_clock::now() - t0));
+      }
+      r.done_ms = BootMs();
+      probe_done->set_value(std::move(r));
     }).detach();
   }
 
@@ -618,9 +661,9 @@ int RunAgent(const AgentOptions& o) {
     log("auto-ports: reporting listening TCP ports to the host");
   }
 
-  // The terminal probe (the tmux session started above, beside it), then the tool's installer,
+  // The terminal probe's result (it ran beside the egress's setup), then the tool's installer,
   // then READY once the session is up too (now and in every later channel session).
-  std::thread([&, cfg = *config, tool] {
+  std::thread([&, cfg = *config, tool, probe] {
     if (cfg.browser.enabled) {
       if (!browser) {
         log("browser: Chromium is not running: not sending READY");
@@ -644,20 +687,16 @@ int RunAgent(const AgentOptions& o) {
       if (shared.mux) shared.mux->SendReady(ready_info);
       return;
     }
+    const ProbeResult& pr = probe.get();
+    const Status& st = pr.status;
     if (!user.ok()) {
-      log("ready check: " + user.error().message());
+      log(st.error().message());
       return;
     }
-    auto t0 = std::chrono::steady_clock::now();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.ready_timeout_s);
-    Status st = OkStatus();
-    do {
-      st = CheckTerminal(*user, user_env, o.switch_user, std::chrono::seconds(20));
-      if (st.ok()) break;
-      log("ready check: " + st.error().message() + " (retrying)");
-    } while (std::chrono::steady_clock::now() < deadline);
-    const int64_t probe_ms = BootMs();
-    log("terminal probe " + Seconds(std::chrono::steady_clock::now() - t0));
+    // The marks follow the path READY waited on: the probe's mark is when it ended or, if it
+    // ended during the setup, the setup's (what it added after the setup; the timings' format
+    // wants them in order).
+    const int64_t probe_ms = std::max(pr.done_ms, setup_ms);
     if (st.ok() && tool && !tool->package.empty()) {
       std::map<std::string, std::string> root_env = {
           {"HOME", "/root"}, {"USER", "root"}, {"LOGNAME", "root"}, {"PATH", kDefaultPath}};

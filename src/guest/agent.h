@@ -50,7 +50,11 @@ int RunAgent(const AgentOptions& options);
 Status InstallCaCertificate(const std::string& pem, const std::string& ca_file,
                             const std::string& bundle);
 
-// Applies the per-boot system setup; each failing step is logged, not fatal.
+// The per-boot setup, in two parts; each failing step is logged, not fatal. The system part is
+// what a login shell needs (hostname, the home and shared folders mounted, the profile); the
+// files part is the proxy CA and config.json's files. ApplySetup is both, in that order.
+void ApplySystemSetup(const AgentConfig& config, const AgentOptions& options);
+void ApplyFiles(const AgentConfig& config, const AgentOptions& options);
 void ApplySetup(const AgentConfig& config, const AgentOptions& options);
 
 // Finds /dev/vportNpM whose /sys/class/virtio-ports/*/name is `name` (creating the node from its
