@@ -511,6 +511,10 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
     // only logged (nft then loads what it can itself, as before). `reject` in an ip table is
     // nft_reject_ipv4 (nft_reject_inet is the inet family's): with the inet one listed instead,
     // nft still loaded the ipv4 one itself, one more modprobe under the kernel's usermode helper.
+    // The boot hook starts the same modprobe in the background when it starts (image/boot_hook.cc),
+    // before the metadata disk is mounted and this agent runs; this one is still what the rules
+    // wait for: a module the hook is loading is waited for (the kernel's finit_module of it
+    // returns once that load ends), one it did not load is loaded here.
     utsname uts{};
     const bool module_tree =
         uname(&uts) == 0 &&
@@ -520,8 +524,9 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
       auto mp_start = std::chrono::steady_clock::now();
       RunOptions mo;
       mo.timeout = std::chrono::seconds(60);
-      auto m = RunProcess({modprobe, "-a", "-q", "nf_tables", "nft_chain_nat", "nft_redir",
-                           "nft_reject_ipv4", "nft_ct"}, mo);
+      std::vector<std::string> argv = {modprobe, "-a", "-q"};
+      for (const char* m : protocol::kEgressKernelModules) argv.push_back(m);
+      auto m = RunProcess(argv, mo);
       s->log("egress: netfilter modules " + std::string(m.ok() && m->success() ? "loaded" : "not all loaded") +
              " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::steady_clock::now() - mp_start).count()) +

@@ -24,18 +24,23 @@ inline constexpr char kBrowserImageName[] = "browser";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "7";  // 2: curl; 3: openssh-client, git, gh;
+inline constexpr char kTestRecipeVersion[] = "8";  // 2: curl; 3: openssh-client, git, gh;
 // 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
 // 6: virtio_balloon (free page reporting), the boot hook's "started" line, openssh-server and
 // rsync (IDE access, guest/sshd.h), the sshd privilege separation user; 7: the boot hook and rcS
-// check their mounts with the shell and grep (busybox has no mountpoint applet)
-inline constexpr char kFullRecipeVersion[] = "5";  // 2: nftables; 3: units masked
+// check their mounts with the shell and grep (busybox has no mountpoint applet); 8: the boot hook
+// makes its mount point only when it is not there, and starts the egress's modprobe in the
+// background unless nf_tables is loaded (here the initramfs loaded it: no process)
+inline constexpr char kFullRecipeVersion[] = "6";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
 // sshd runs per channel stream), rsync, dev not locked for sshd; 4: unused hardware modules
 // blacklisted (UnloadedModules), an initramfs of the root's drivers only (FullInitramfsModules);
-// 5: the boot hook checks its mount with shell builtins (no mountpoint process)
+// 5: the boot hook checks its mount with shell builtins (no mountpoint process); 6: systemd makes
+// the metadata disk's mount point (the boot unit's RuntimeDirectory), the hook no mkdir process;
+// the hook starts the transparent egress's modprobe in the background as it starts
 
-inline constexpr char kBrowserRecipeVersion[] = "2";  // 2: the boot hook's mount check (test 7)
+inline constexpr char kBrowserRecipeVersion[] = "3";  // 2: the boot hook's mount check (test 7);
+// 3: its mount point made by systemd, the egress's modprobe started by the hook (full 6)
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)

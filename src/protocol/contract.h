@@ -56,6 +56,11 @@ inline constexpr char kGuestAgentListen[] = "unix:/run/cloister/ssh-agent.sock";
 // Transparent egress: the agent's redirect listener (0.0.0.0) and its synthetic DNS.
 inline constexpr uint16_t kTransparentPort = 3129;
 inline constexpr uint16_t kTransparentDnsPort = 53;
+// The kernel modules its nft ruleset needs (the rest come as their dependencies), loaded with one
+// `modprobe -a` by the agent (guest/transparent.cc) and, ahead of it, in the background by the
+// default image's boot hook (image/boot_hook.cc). `reject` in an ip table is nft_reject_ipv4.
+inline constexpr const char* kEgressKernelModules[] = {"nf_tables", "nft_chain_nat", "nft_redir",
+                                                       "nft_reject_ipv4", "nft_ct"};
 
 // ---- IDE access over SSH (guest/sshd.h): what the host gives the guest's sshd at boot ----
 // Written by the agent from the metadata disk's `files` (root, 0600 key), read by `sshd -i`.
