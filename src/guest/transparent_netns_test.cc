@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -29,6 +31,8 @@
 #include "base/subprocess.h"
 #include "base/testing_file.h"
 #include "channel/mux.h"
+#include "guest/nft_batch.h"
+#include "guest/transparent.h"
 
 namespace cloister::guest {
 namespace {
@@ -351,6 +355,71 @@ TEST_F(TransparentNetnsTest, AContainerInTheGuestIsRedirectedThroughPrerouting) 
   kill(container, SIGKILL);
   int st;
   waitpid(container, &st, 0);
+}
+
+// What `nft list table ip cloister` prints in a network namespace of its own after `load` ran in
+// it (in a child: the namespace goes with it). "load failed: WHY" when `load` failed.
+std::string ListedAfter(const std::function<std::string()>& load) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    if (unshare(CLONE_NEWNET) != 0) _exit(2);
+    if (std::string why = load(); !why.empty()) {
+      WriteAll(STDOUT_FILENO, "load failed: " + why);
+      _exit(1);
+    }
+    execlp("nft", "nft", "list", "table", "ip", "cloister", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return text;
+}
+
+// The agent loads its rules as one nfnetlink batch (guest/nft_batch.h) and falls back to nft with
+// the text ruleset: both must leave the same table, and a reload (the batch deletes the table it
+// adds) must leave it once, not twice.
+TEST(TransparentNetlinkTest, TheBatchLoadsTheSameRulesAsTheNftTextAndReloadsInPlace) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace and nftables";
+  ASSERT_TRUE(ProgramExists("nft")) << "nft is not installed (scripts/install-deps.sh test)";
+  const fs::path file = fs::temp_directory_path() / ("cloister-nlt-" + std::to_string(getpid()));
+  for (auto [port, dns] : {std::pair<uint16_t, uint16_t>{3129, 53}, {4000, 5353}}) {
+    for (bool filter : {true, false}) {
+      std::ofstream(file) << (filter ? RedirectRuleset(port, dns) : RedirectNatRuleset(port, dns));
+      const std::string from_text = ListedAfter([&] {
+        std::string cmd = "nft -f " + file.string();
+        return std::system(cmd.c_str()) == 0 ? std::string() : "nft -f";
+      });
+      const std::string from_batch = ListedAfter([&] {
+        for (int i = 0; i < 2; ++i) {  // load twice: a reload replaces the table
+          if (Status st = LoadRedirectRules(port, dns, filter); !st.ok()) return st.error().message();
+        }
+        return std::string();
+      });
+      SCOPED_TRACE("port " + std::to_string(port) + " dns " + std::to_string(dns) +
+                   (filter ? " with" : " without") + " the filter chain");
+      EXPECT_EQ(from_batch, from_text);
+      // Both sides printed the rules, not the same error.
+      EXPECT_NE(from_text.find("meta l4proto tcp redirect to :" + std::to_string(port)),
+                std::string::npos)
+          << from_text;
+      EXPECT_NE(from_text.find("udp dport 53 redirect to :" + std::to_string(dns)),
+                std::string::npos)
+          << from_text;
+      EXPECT_EQ(from_text.find("chain filter_output") != std::string::npos, filter) << from_text;
+    }
+  }
+  fs::remove(file);
 }
 
 }  // namespace
