@@ -9,13 +9,11 @@
 #include <linux/netfilter_ipv4.h>
 #include <linux/netlink.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "guest/netlink.h"
 
 namespace cloister::guest {
 namespace {
@@ -36,6 +34,7 @@ class Batch {
     h.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
     h.nlmsg_seq = seq_++;
     Put(&h, sizeof h);
+    if (flags & NLM_F_ACK) ++acks_;
     nfgenmsg g{};
     g.nfgen_family = family;
     g.version = NFNETLINK_V0;
@@ -51,7 +50,6 @@ class Batch {
     Align();
     uint32_t len = static_cast<uint32_t>(buf_.size() - msg_);
     std::memcpy(&buf_[msg_], &len, sizeof len);  // nlmsg_len is the header's first field
-    if (NlmsgFlags() & NLM_F_ACK) ++acks_;
   }
 
   void Attr(uint16_t type, const void* data, size_t n) {
@@ -97,11 +95,6 @@ class Batch {
  private:
   void Put(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
   void Align() { buf_.resize(NLMSG_ALIGN(buf_.size()), '\0'); }
-  uint16_t NlmsgFlags() const {
-    nlmsghdr h;
-    std::memcpy(&h, &buf_[msg_], sizeof h);
-    return h.nlmsg_flags;
-  }
 
   std::string buf_;
   std::vector<size_t> nests_;
@@ -251,8 +244,6 @@ void NatChain(Batch& b, const char* name, uint32_t hook, uint16_t port, uint16_t
   Rule(b, name).L4Proto(IPPROTO_TCP).RedirectTo(port);
 }
 
-std::string Errno(int e) { return std::strerror(e); }
-
 }  // namespace
 
 std::string RedirectRulesBatch(uint16_t port, uint16_t dns_port, bool with_filter, uint32_t seq,
@@ -281,58 +272,9 @@ std::string RedirectRulesBatch(uint16_t port, uint16_t dns_port, bool with_filte
 }
 
 Status LoadRedirectRules(uint16_t port, uint16_t dns_port, bool with_filter) {
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
-  if (fd < 0) return ErrnoError("nfnetlink socket", errno);
-  int one = 1;
-  // Acks without a copy of the request: a refusal's answer stays small.
-  setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
-  constexpr uint32_t kSeq = 1;
-  size_t expected = 0;
-  const std::string batch = RedirectRulesBatch(port, dns_port, with_filter, kSeq, &expected);
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  if (sendto(fd, batch.data(), batch.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
-             sizeof kernel) != static_cast<ssize_t>(batch.size())) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("nfnetlink send", e);
-  }
-  size_t acked = 0;
-  alignas(nlmsghdr) char buf[16384];
-  while (acked < expected) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 5000) <= 0) {
-      close(fd);
-      return Error(ErrorCode::kUnavailable, "nfnetlink: no answer for " +
-                                                std::to_string(expected - acked) + " of " +
-                                                std::to_string(expected) + " messages");
-    }
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n < 0) {
-      int e = errno;
-      if (e == EINTR) continue;
-      close(fd);
-      return ErrnoError("nfnetlink receive", e);
-    }
-    int len = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
-      if (h->nlmsg_type != NLMSG_ERROR) continue;
-      if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) {
-        close(fd);
-        return Error(ErrorCode::kUnavailable, "nfnetlink: short answer");
-      }
-      const auto* err = reinterpret_cast<const nlmsgerr*>(NLMSG_DATA(h));
-      if (err->error != 0) {
-        close(fd);
-        return Error(ErrorCode::kUnavailable,
-                     "nfnetlink refused message " + std::to_string(err->msg.nlmsg_seq - kSeq) +
-                         " of the batch: " + Errno(-err->error));
-      }
-      ++acked;
-    }
-  }
-  close(fd);
-  return OkStatus();
+  size_t acks = 0;
+  const std::string batch = RedirectRulesBatch(port, dns_port, with_filter, /*seq=*/1, &acks);
+  return NetlinkExchange(NETLINK_NETFILTER, "nfnetlink batch", batch.data(), batch.size(), acks);
 }
 
 }  // namespace cloister::guest

@@ -23,9 +23,9 @@ namespace cloister::guest {
 std::string RedirectRulesBatch(uint16_t port, uint16_t dns_port, bool with_filter, uint32_t seq,
                                size_t* acks = nullptr);
 
-// Sends RedirectRulesBatch on a NETLINK_NETFILTER socket and reads every answer: OK only when the
-// kernel acked every message (the kernel commits a batch whole or not at all); an error names the
-// first message it refused and why. Bounded: 5 s without an answer is an error.
+// Sends RedirectRulesBatch on a NETLINK_NETFILTER socket (guest/netlink.h): OK only when the
+// kernel acked every message (it commits a batch whole or not at all); an error names the first
+// message it refused and why.
 Status LoadRedirectRules(uint16_t port, uint16_t dns_port, bool with_filter);
 
 }  // namespace cloister::guest

@@ -21,6 +21,7 @@
 
 #include "base/file_util.h"
 #include "base/subprocess.h"
+#include "guest/netlink.h"
 #include "guest/nft_batch.h"
 
 namespace cloister::guest {
@@ -327,35 +328,6 @@ void ListenLoop(std::shared_ptr<State> s) {
   close(s->listen_fd);
 }
 
-// One rtnetlink request; OK when the kernel acked it (or with `ok_errno`).
-Status NetlinkRequest(const void* req, size_t len, int ok_errno) {
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return ErrnoError("netlink socket", errno);
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  if (sendto(fd, req, len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0) {
-    int e = errno;
-    close(fd);
-    return ErrnoError("netlink send", e);
-  }
-  char buf[4096];
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, 5000) <= 0) {
-    close(fd);
-    return Error(ErrorCode::kUnavailable, "no netlink answer");
-  }
-  ssize_t n = recv(fd, buf, sizeof buf, 0);
-  close(fd);
-  if (n < static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr))) {
-    return Error(ErrorCode::kUnavailable, "short netlink answer");
-  }
-  auto* h = reinterpret_cast<nlmsghdr*>(buf);
-  if (h->nlmsg_type != NLMSG_ERROR) return Error(ErrorCode::kUnavailable, "unexpected netlink answer");
-  int err = -reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
-  if (err == 0 || err == ok_errno) return OkStatus();
-  return ErrnoError("netlink", err);
-}
-
 }  // namespace
 
 std::string RedirectNatRuleset(uint16_t port, uint16_t dns_port) {
@@ -435,7 +407,7 @@ Status AddLoRoute(uint32_t dst, uint8_t len, bool local, unsigned lo) {
     uint32_t src = htonl(INADDR_LOOPBACK);
     add_attr(RTA_PREFSRC, &src, sizeof src);
   }
-  return NetlinkRequest(&req, req.h.nlmsg_len, EEXIST);
+  return NetlinkExchange(NETLINK_ROUTE, "netlink", &req, req.h.nlmsg_len, 1, EEXIST);
 }
 
 }  // namespace
@@ -494,19 +466,6 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
     if (auto st = SetupLocalRoute(); !st.ok()) {
       s->log("egress: local route: " + st.error().message() + " (connections may fail)");
     }
-    RunOptions ro;
-    ro.stdin_data = RedirectRuleset(s->port, s->dns_port);
-    ro.timeout = std::chrono::seconds(30);
-    std::string nft = s->options.nft_binary;
-    if (nft.find('/') == std::string::npos) {
-      // The boot hook's PATH may be minimal: look where Debian puts it first.
-      for (const char* dir : {"/usr/sbin/", "/sbin/"}) {
-        if (access((dir + nft).c_str(), X_OK) == 0) {
-          nft = dir + nft;
-          break;
-        }
-      }
-    }
     // The kernel loads what the ruleset needs on demand, one modprobe exec per module and alias
     // (nf_tables, the NAT chain and its conntrack, redir, reject, ct): 27 s of guest time under
     // a loaded TCG host, against 0.3 s where the initramfs loaded them already (the test image).
@@ -518,6 +477,11 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
     // before the metadata disk is mounted and this agent runs; this one is still what the rules
     // wait for: a module the hook is loading is waited for (the kernel's finit_module of it
     // returns once that load ends), one it did not load is loaded here.
+    auto since = [](std::chrono::steady_clock::time_point t0) {
+      return " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - t0).count()) +
+             " ms";
+    };
     utsname uts{};
     const bool module_tree =
         uname(&uts) == 0 &&
@@ -530,29 +494,34 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
       std::vector<std::string> argv = {modprobe, "-a", "-q"};
       for (const char* m : protocol::kEgressKernelModules) argv.push_back(m);
       auto m = RunProcess(argv, mo);
-      s->log("egress: netfilter modules " + std::string(m.ok() && m->success() ? "loaded" : "not all loaded") +
-             " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - mp_start).count()) +
-             " ms (one modprobe)");
+      s->log("egress: netfilter modules " +
+             std::string(m.ok() && m->success() ? "loaded" : "not all loaded") + since(mp_start) +
+             " (one modprobe)");
       break;
     }
-    auto nft_start = std::chrono::steady_clock::now();
-    auto nft_ms = [&nft_start] {
-      return " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - nft_start).count()) +
-             " ms";
-    };
-    // The same rules as one nfnetlink batch from here (guest/nft_batch.h): no nft process to
-    // start and no ruleset to parse, 0.33-0.42 s of guest time under TCG. The nft process below
-    // is the fallback, with the text ruleset (the same rules: guest_transparent_test).
-    auto batch = LoadRedirectRules(s->port, s->dns_port, /*with_filter=*/true);
-    if (batch.ok()) {
-      s->log("egress: redirect rules loaded (table ip cloister, one nfnetlink batch)" + nft_ms());
+    // The rules as one nfnetlink batch from here (guest/nft_batch.h): no nft process to start and
+    // no ruleset to parse, 0.33-0.42 s of guest time under TCG. The nft process is the fallback,
+    // with the text ruleset (the same rules: guest_transparent_test).
+    auto batch_start = std::chrono::steady_clock::now();
+    if (auto batch = LoadRedirectRules(s->port, s->dns_port, /*with_filter=*/true); batch.ok()) {
+      s->log("egress: redirect rules loaded (table ip cloister, one nfnetlink batch)" +
+             since(batch_start));
     } else {
       s->log("egress: " + batch.error().message() + "; loading the rules with nft");
-    }
-    if (!batch.ok()) {
-      nft_start = std::chrono::steady_clock::now();
+      RunOptions ro;
+      ro.stdin_data = RedirectRuleset(s->port, s->dns_port);
+      ro.timeout = std::chrono::seconds(30);
+      std::string nft = s->options.nft_binary;
+      if (nft.find('/') == std::string::npos) {
+        // The boot hook's PATH may be minimal: look where Debian puts it first.
+        for (const char* dir : {"/usr/sbin/", "/sbin/"}) {
+          if (access((dir + nft).c_str(), X_OK) == 0) {
+            nft = dir + nft;
+            break;
+          }
+        }
+      }
+      auto nft_start = std::chrono::steady_clock::now();
       auto r = RunProcess({nft, "-f", "-"}, ro);
       if (!r.ok() || !r->success()) {
         std::string why = r.ok() ? r->err : r.error().message();
@@ -561,13 +530,13 @@ Result<std::unique_ptr<TransparentEgress>> TransparentEgress::Start(
         auto r2 = RunProcess({nft, "-f", "-"}, ro);
         if (r2.ok() && r2->success()) {
           s->log("egress: nft filter chain not loaded (" + why + "); redirect rules loaded" +
-                 nft_ms());
+                 since(nft_start));
         } else {
           s->log("egress: nft rules NOT loaded (" + (r2.ok() ? r2->err : r2.error().message()) +
                  "): no transparent egress this boot (nothing leaves the guest either)");
         }
       } else {
-        s->log("egress: redirect rules loaded (table ip cloister)" + nft_ms());
+        s->log("egress: redirect rules loaded (table ip cloister)" + since(nft_start));
       }
     }
     std::string resolv =
