@@ -59,6 +59,33 @@ void CloexecFrom(int lowest) {
   }
 }
 
+namespace {
+
+// write(2) to a pipe whose reader may be gone (a child that exited without reading its stdin):
+// EPIPE, not a SIGPIPE that kills the caller. SIGPIPE is blocked in this thread for the write and
+// the one the write raised, if any, is taken back before the mask is restored (a SIGPIPE that was
+// already pending stays pending).
+ssize_t WriteWithoutSigpipe(int fd, const char* data, size_t n) {
+  sigset_t pipe_set, old_set, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  ssize_t w = write(fd, data, n);
+  const int saved = errno;
+  if (w < 0 && saved == EPIPE && !was_pending) {
+    const timespec zero{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  errno = saved;
+  return w;
+}
+
+}  // namespace
+
 Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOptions& options) {
   if (argv.empty()) return Error(ErrorCode::kInvalidArgument, "Run: empty argv");
   if (!ProgramExists(argv[0])) {
@@ -136,8 +163,8 @@ Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOpti
     }
     char buf[65536];
     if (idx_in >= 0 && fds[idx_in].revents) {
-      ssize_t w = write(in_pipe[1], options.stdin_data.data() + in_off,
-                        options.stdin_data.size() - in_off);
+      ssize_t w = WriteWithoutSigpipe(in_pipe[1], options.stdin_data.data() + in_off,
+                                      options.stdin_data.size() - in_off);
       if (w > 0) in_off += static_cast<size_t>(w);
       if (w < 0 && errno != EAGAIN && errno != EINTR) CloseFd(in_pipe[1]);
       if (in_off >= options.stdin_data.size()) CloseFd(in_pipe[1]);

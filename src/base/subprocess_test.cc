@@ -43,6 +43,16 @@ TEST(SubprocessTest, CapturesOutputAndExitCode) {
   EXPECT_EQ(r->err, "err\n");
 }
 
+// A child that exits without reading its stdin: the write gets EPIPE, the caller is not killed by
+// SIGPIPE (MasterKeyBackendTest's fake `secret-tool store` did that once in CI).
+TEST(SubprocessTest, AChildThatDoesNotReadItsStdinDoesNotKillTheCallerWithSigpipe) {
+  RunOptions o;
+  o.stdin_data = std::string(4 << 20, 'x');  // more than a pipe holds
+  auto r = RunProcess({"sh", "-c", "exit 3"}, o);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+}
+
 TEST(SubprocessTest, FeedsStdinAndEnvironment) {
   RunOptions opts;
   opts.stdin_data = std::string(200000, 'x');  // larger than a pipe buffer
