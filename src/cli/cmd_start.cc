@@ -42,8 +42,8 @@ void AddStartCommand(CLI::App& app, Cli& cli) {
   cmd->add_flag("--timings", o->timings,
                 "Print each boot phase in ms on stdout once ready (host: disks, kernel-file, "
                 "proxy, metadata-disk, qemu-spawn, qemu-start; guest clock: firmware, kernel, "
-                "init-to-hook, agent-setup, terminal-probe and tmux (what the probe and then the "
-                "tmux session took beyond the setup, beside which both run); host: checkpoint; "
+                "init-to-hook, agent-setup, terminal-probe (what the probe took beyond the setup, "
+                "beside which it runs) and to-ready (from the probe to READY); host: checkpoint; "
                 "a resume: resume), "
                 "then the total as `start` saw it");
   cmd->callback([&cli, o] {

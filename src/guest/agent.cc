@@ -522,9 +522,11 @@ int RunAgent(const AgentOptions& o) {
   // The tmux session that `attach` joins, started as soon as what a login shell needs is there
   // (the mounts and the profile), beside the files, the forwarders, the egress's setup and the
   // terminal probe: a tmux client's start alone is ~0.15 s of guest time under TCG, the session
-  // ~0.4 s. READY waits for it, and nobody can type into it before READY. Its first window runs
-  // the tool's window script, which waits for the installer (started after the probe and the
-  // egress, below), so the tool never starts before the files (its credentials) are written.
+  // ~0.4 s. READY does not wait for it (the probe is what proves a working terminal); every
+  // exec (attach is one) and ssh stream waits for it instead before its command runs, so nothing
+  // the host starts can find the session missing or type into it half made. Its first window
+  // runs the tool's window script, which waits for the installer (started after the probe and
+  // the egress, below), so the tool never starts before the files (its credentials) are written.
   // A browser VM has no session.
   auto session_started = std::make_shared<std::promise<void>>();
   std::shared_future<void> session = session_started->get_future().share();
@@ -662,7 +664,7 @@ int RunAgent(const AgentOptions& o) {
   }
 
   // The terminal probe's result (it ran beside the egress's setup), then the tool's installer,
-  // then READY once the session is up too (now and in every later channel session).
+  // then READY (now and in every later channel session); the tmux session may still be starting.
   std::thread([&, cfg = *config, tool, probe] {
     if (cfg.browser.enabled) {
       if (!browser) {
@@ -709,7 +711,6 @@ int RunAgent(const AgentOptions& o) {
         log("tool " + cfg.tool + ": installer started (log " + o.tool_paths.log + ")");
       }
     }
-    session.wait();
     if (!st.ok()) {
       log("ready check failed for good: not sending READY");
       return;
@@ -767,15 +768,29 @@ int RunAgent(const AgentOptions& o) {
       log(mux.error().message());
       return 1;
     }
-    (*mux)->RegisterService(channel::kExecService, [&exec_opts](int sfd, const std::vector<std::string>&) {
-      std::thread([sfd, &exec_opts] { ServeExec(sfd, exec_opts); }).detach();
+    // An exec or ssh stream runs its command once the tmux session is there (the session's
+    // thread resolves `session` however it ended), so `attach` or `exec tmux ...` right after
+    // READY finds it. Bounded: a tmux that hangs must not take exec (how one looks into it) too.
+    auto wait_for_session = [session, log](const char* what) {
+      if (session.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+        log(std::string(what) + ": the tmux session is not up after 30 s; running it anyway");
+      }
+    };
+    (*mux)->RegisterService(channel::kExecService, [&exec_opts, wait_for_session](int sfd, const std::vector<std::string>&) {
+      std::thread([sfd, &exec_opts, wait_for_session] {
+        wait_for_session("exec");
+        ServeExec(sfd, exec_opts);
+      }).detach();
     });
     (*mux)->RegisterService(protocol::kTcpService, [](int sfd, const std::vector<std::string>& args) {
       std::thread([sfd, args] { ServeTcpConnect(sfd, args); }).detach();
     });
     // IDE access (guest/sshd.h): each host-opened stream is one `sshd -i`.
-    (*mux)->RegisterService(protocol::kSshdService, [&sshd_opts](int sfd, const std::vector<std::string>&) {
-      std::thread([sfd, &sshd_opts] { ServeSshd(sfd, sshd_opts); }).detach();
+    (*mux)->RegisterService(protocol::kSshdService, [&sshd_opts, wait_for_session](int sfd, const std::vector<std::string>&) {
+      std::thread([sfd, &sshd_opts, wait_for_session] {
+        wait_for_session("ssh");
+        ServeSshd(sfd, sshd_opts);
+      }).detach();
     });
     {
       std::lock_guard<std::mutex> l(shared.mu);

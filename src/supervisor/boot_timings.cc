@@ -112,7 +112,7 @@ std::vector<BootPhase> GuestPhases(const GuestMarks& m, int64_t host_span_ms) {
           {"init-to-hook", m.agent - m.init},
           {"agent-setup", m.setup - m.agent},
           {"terminal-probe", m.probe - m.setup},
-          {"tmux", m.ready - m.probe}};
+          {"to-ready", m.ready - m.probe}};
 }
 
 std::string FormatTimingsTable(const std::vector<BootPhase>& phases, int64_t total_ms) {

@@ -6,7 +6,8 @@
 //   "cloister-agent 1 boot ID timings init=N agent=N setup=N probe=N ready=N"
 // init: PID 1 started (the kernel's part ends); agent: the boot hook exec'd the agent; setup: its
 // setup done (mounts, files, forwards, transparent egress); probe: the terminal check passed;
-// ready: the tmux session is up and READY is sent. The supervisor turns host and guest marks into
+// ready: READY is sent (the tool's installer started; the tmux session starts beside the probe
+// and is not waited for: exec and ssh streams wait for it in the guest). The supervisor turns host and guest marks into
 // one list of phases (BootPhases), sends it to `start` on its progress pipe as one "timings" line,
 // and `start --timings` prints the table.
 #pragma once
@@ -45,7 +46,7 @@ Result<std::vector<BootPhase>> ParseTimingsLine(std::string_view line);
 // The guest's phases between QEMU answering QMP and READY, both seen on the host
 // (`host_span_ms`): what the guest's clock does not cover is the firmware and the kernel's load
 // ("firmware", clamped at 0). Order: firmware, kernel, init-to-hook, agent-setup,
-// terminal-probe, tmux.
+// terminal-probe, to-ready.
 std::vector<BootPhase> GuestPhases(const GuestMarks& marks, int64_t host_span_ms);
 
 // The table `start --timings` prints: a header, one "NAME MS" row per phase, then "total MS".

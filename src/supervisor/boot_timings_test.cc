@@ -60,7 +60,7 @@ TEST(BootTimingsTest, GuestPhasesSplitTheHostSpanAndTheTableListsThemWithTheTota
   auto phases = GuestPhases(m, 10700);
   std::vector<BootPhase> want = {{"firmware", 700},    {"kernel", 1000},
                                  {"init-to-hook", 8000}, {"agent-setup", 500},
-                                 {"terminal-probe", 300}, {"tmux", 200}};
+                                 {"terminal-probe", 300}, {"to-ready", 200}};
   EXPECT_EQ(phases, want);
   EXPECT_EQ(GuestPhases(m, 9000).front().second, 0);  // clock skew: never negative
   std::string t = FormatTimingsTable({{"disks", 5}, {"kernel", 1000}}, 1234);

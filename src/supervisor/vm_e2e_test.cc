@@ -319,7 +319,7 @@ TEST_F(VmE2eTest, SuspendResumeKeepsAProcessAlive) {
   auto boot = ParseTimingsTable(started.out);
   for (const char* phase : {"disks", "kernel-file", "proxy", "metadata-disk", "qemu-spawn", "qemu-start",
                             "firmware", "kernel", "init-to-hook", "agent-setup",
-                            "terminal-probe", "tmux", "checkpoint"}) {
+                            "terminal-probe", "to-ready", "checkpoint"}) {
     EXPECT_EQ(boot.count(phase), 1u) << phase << " missing from\n" << started.out;
   }
   std::cerr << "[start --timings]\n" << started.out;
