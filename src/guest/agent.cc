@@ -561,10 +561,10 @@ int RunAgent(const AgentOptions& o) {
     }).detach();
   }
 
-  if (o.setup) ApplyFiles(*config, o);
-
-  // The terminal probe (a login shell in a pty computing a nonce), beside the egress's setup and
-  // the session: it sends nothing out. Its result and when it ended go to the READY thread.
+  // The terminal probe (a login shell in a pty computing a nonce), beside the egress's setup, the
+  // session and the files below (the proxy CA, config.json's files: credentials, apt's and ssh's
+  // settings, nothing a login shell reads): it sends nothing out. Its result and when it ended go
+  // to the READY thread.
   struct ProbeResult {
     Status status = OkStatus();
     int64_t done_ms = 0;
@@ -591,6 +591,8 @@ int RunAgent(const AgentOptions& o) {
       probe_done->set_value(std::move(r));
     }).detach();
   }
+
+  if (o.setup) ApplyFiles(*config, o);
 
   // Forwarded listeners live for the whole boot; connections go to the current session.
   for (const auto& f : config->forwards) {
