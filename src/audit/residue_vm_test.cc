@@ -232,7 +232,7 @@ class ResidueVmTest : public ::testing::Test {
                                    image_.dir + "/disk.raw", "-F", "raw", dir + "/disk.qcow2"})
                     .ok());
     ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", "-m", "0", "-E",
-                                   "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+                                   "lazy_itable_init=1,lazy_journal_init=1,discard",
                                    dir + "/home.img", home_size})
                     .ok());
   }
