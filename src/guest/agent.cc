@@ -25,6 +25,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <iostream>
@@ -727,6 +728,21 @@ int RunAgent(const AgentOptions& o) {
     if (shared.mux) shared.mux->SendReady(ready_info);
   }).detach();
 
+  // An exec or ssh stream's handler: its command runs, on a thread of its own, once the tmux
+  // session is there (the session's thread resolves `session` however it ended), so `attach` or
+  // `exec tmux ...` right after READY finds it. Bounded: a tmux that hangs must not take exec
+  // (how one looks into it) too.
+  auto after_session = [session, log](const char* what, std::function<void(int)> serve) {
+    return [session, log, what, serve](int sfd, const std::vector<std::string>&) {
+      std::thread([session, log, what, serve, sfd] {
+        if (session.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+          log(std::string(what) + ": the tmux session is not up after 30 s; running it anyway");
+        }
+        serve(sfd);
+      }).detach();
+    };
+  };
+
   // Channel sessions: one Mux per opening of the port; the host side may come and go.
   bool logged_wait = false;
   while (true) {
@@ -770,30 +786,14 @@ int RunAgent(const AgentOptions& o) {
       log(mux.error().message());
       return 1;
     }
-    // An exec or ssh stream runs its command once the tmux session is there (the session's
-    // thread resolves `session` however it ended), so `attach` or `exec tmux ...` right after
-    // READY finds it. Bounded: a tmux that hangs must not take exec (how one looks into it) too.
-    auto wait_for_session = [session, log](const char* what) {
-      if (session.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-        log(std::string(what) + ": the tmux session is not up after 30 s; running it anyway");
-      }
-    };
-    (*mux)->RegisterService(channel::kExecService, [&exec_opts, wait_for_session](int sfd, const std::vector<std::string>&) {
-      std::thread([sfd, &exec_opts, wait_for_session] {
-        wait_for_session("exec");
-        ServeExec(sfd, exec_opts);
-      }).detach();
-    });
+    (*mux)->RegisterService(channel::kExecService,
+                            after_session("exec", [&exec_opts](int sfd) { ServeExec(sfd, exec_opts); }));
     (*mux)->RegisterService(protocol::kTcpService, [](int sfd, const std::vector<std::string>& args) {
       std::thread([sfd, args] { ServeTcpConnect(sfd, args); }).detach();
     });
     // IDE access (guest/sshd.h): each host-opened stream is one `sshd -i`.
-    (*mux)->RegisterService(protocol::kSshdService, [&sshd_opts, wait_for_session](int sfd, const std::vector<std::string>&) {
-      std::thread([sfd, &sshd_opts, wait_for_session] {
-        wait_for_session("ssh");
-        ServeSshd(sfd, sshd_opts);
-      }).detach();
-    });
+    (*mux)->RegisterService(protocol::kSshdService,
+                            after_session("ssh", [&sshd_opts](int sfd) { ServeSshd(sfd, sshd_opts); }));
     {
       std::lock_guard<std::mutex> l(shared.mu);
       shared.mux = mux->get();

@@ -27,8 +27,9 @@ Result<layout::DiskFormat> CloneSystemDisk(Env* env, const std::string& base,
 
 // Sparse ext4 home image of apparent size `size`: mkfs.ext4 with the root directory owned by
 // the guest user (1000:1000), label "cloister-home", nothing written but metadata (the file is
-// discarded first, so every inode table is marked zeroed and the guest never zeroes them). `uuid` and `fake_time` make the image reproducible byte for byte (the
-// residue test rebuilds one to compare).
+// discarded first, so every inode table is marked zeroed and the guest never zeroes them).
+// `uuid` and `fake_time` make the image reproducible byte for byte (the residue test rebuilds
+// one to compare).
 Status MakeHomeImage(Env* env, const std::string& path, uint64_t size, const std::string& uuid,
                      int64_t fake_time);
 // A UUID string derived from `seed` (SHA-256), for MakeHomeImage.

@@ -7,9 +7,9 @@
 // init: PID 1 started (the kernel's part ends); agent: the boot hook exec'd the agent; setup: its
 // setup done (mounts, files, forwards, transparent egress); probe: the terminal check passed;
 // ready: READY is sent (the tool's installer started; the tmux session starts beside the probe
-// and is not waited for: exec and ssh streams wait for it in the guest). The supervisor turns host and guest marks into
-// one list of phases (BootPhases), sends it to `start` on its progress pipe as one "timings" line,
-// and `start --timings` prints the table.
+// and is not waited for: exec and ssh streams wait for it in the guest). The supervisor turns
+// host and guest marks into one list of phases (BootPhases), sends it to `start` on its progress
+// pipe as one "timings" line, and `start --timings` prints the table.
 #pragma once
 
 #include <cstdint>
