@@ -1,8 +1,9 @@
 // cloister-agent: the guest side of a workspace. Started by the image's boot hook as root with
 // `--meta /run/cloister/meta`. Per boot it applies config.json (hostname, home disk, 9p shares,
-// environment, files), then serves the channel: `exec` streams from the host, guest-local
+// environment, files), starts the `cloister` tmux session that `cloister attach` joins, then
+// serves the channel: `exec` streams from the host (each waits for the session), guest-local
 // listeners forwarded to host services (proxy, ssh-agent, ...), and READY once a login shell in a
-// pty answers, after starting the `cloister` tmux session that `cloister attach` joins.
+// pty answers and the transparent egress is up (the session may still be starting).
 #pragma once
 
 #include <chrono>
