@@ -41,6 +41,8 @@
 #include "channel/mux.h"
 #include "image/testing.h"
 #include "store/config.h"
+#include "store/disks.h"
+#include "store/env.h"
 
 namespace cloister::audit {
 namespace {
@@ -225,15 +227,14 @@ class ResidueVmTest : public ::testing::Test {
   }
 
   // Fresh workspace disks: a qcow2 overlay of the base image and a new sparse home of
-  // `home_size` formatted by mkfs.ext4 with the store's options (store/disks.cc MakeHomeImage).
-  void MakeFreshDisks(const std::string& dir, const std::string& home_size = "256M") {
+  // `home_bytes`, made the way the store makes one (store/disks.h MakeHomeImage).
+  void MakeFreshDisks(const std::string& dir, uint64_t home_bytes = uint64_t{256} << 20) {
     fs::create_directories(dir);
     ASSERT_TRUE(RunProcessChecked({"qemu-img", "create", "-q", "-f", "qcow2", "-b",
                                    image_.dir + "/disk.raw", "-F", "raw", dir + "/disk.qcow2"})
                     .ok());
-    ASSERT_TRUE(RunProcessChecked({"mkfs.ext4", "-q", "-F", "-m", "0", "-E",
-                                   "lazy_itable_init=1,lazy_journal_init=1,discard",
-                                   dir + "/home.img", home_size})
+    ASSERT_TRUE(MakeHomeImage(Env::Default(), dir + "/home.img", home_bytes, DeriveUuid(dir),
+                              1796000000)
                     .ok());
   }
 
@@ -364,7 +365,7 @@ TEST_F(ResidueVmTest, NewWorkspaceSeesNothingOfADeletedOneAndABrokenHandOffIsCau
   // the new overlay, vm/supervisor.cc): nothing of A, nothing foreign, and the audit gives back
   // what it allocates.
   std::string b = t.path() + "/b";
-  MakeFreshDisks(b, std::to_string(kDefaultHomeBytes >> 20) + "M");
+  MakeFreshDisks(b, kDefaultHomeBytes);
   ASSERT_TRUE(RunProcessChecked({"qemu-img", "create", "-q", "-f", "qcow2", "-b", b + "/home.img",
                                  "-F", "raw", b + "/home.qcow2"})
                   .ok());

@@ -184,10 +184,9 @@ class Boot {
               close(fd);  // no host connected: the client's connection is reset
               return;
             }
-            Logger log = log_;
-            shared_.mux->OpenAsync(service, {}, fd, [log, service](Status st) {
+            shared_.mux->OpenAsync(service, {}, fd, [this, service](Status st) {
               if (!st.ok()) {
-                log("egress stream to host service " + service + ": " + st.error().message());
+                log_("egress stream to host service " + service + ": " + st.error().message());
               }
             });
           },
@@ -288,15 +287,14 @@ class Boot {
   // DevTools port accepts. If the profile cannot be mounted, no Chromium and no READY.
   void StartBrowser() {
     if (!config_.browser.enabled) return;
-    auto user = LookupUser(config_.user, o_.passwd_path, o_.group_path);
-    if (!user.ok()) {
-      log_("browser: " + user.error().message());
+    if (!user_.ok()) {
+      log_("browser: " + user_.error().message());
       return;
     }
     BrowserOptions bo;
     bo.config = config_.browser;
-    bo.user = *user;
-    bo.env = CommandEnv(*user, config_.env, {}, "");
+    bo.user = *user_;
+    bo.env = CommandEnv(*user_, config_.env, {}, "");
     bo.proxy = BrowserProxy(config_);
     bo.ca_file = config_.ca_certificate.empty() ? "" : o_.ca_file;
     bo.switch_user = o_.switch_user;
@@ -328,9 +326,8 @@ class Boot {
       if (!shared_.mux) return -1;
       int sv[2];
       if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
-      Logger log = log_;
-      shared_.mux->OpenAsync(protocol::kPortsReportService, {}, sv[1], [log](Status st) {
-        if (!st.ok()) log("auto-ports: report stream refused: " + st.error().message());
+      shared_.mux->OpenAsync(protocol::kPortsReportService, {}, sv[1], [this](Status st) {
+        if (!st.ok()) log_("auto-ports: report stream refused: " + st.error().message());
       });
       return sv[0];
     };
