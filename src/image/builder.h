@@ -31,13 +31,14 @@ inline constexpr char kTestRecipeVersion[] = "8";  // 2: curl; 3: openssh-client
 // check their mounts with the shell and grep (busybox has no mountpoint applet); 8: the boot hook
 // makes its mount point only when it is not there, and starts the egress's modprobe in the
 // background unless nf_tables is loaded (here the initramfs loaded it: no process)
-inline constexpr char kFullRecipeVersion[] = "6";  // 2: nftables; 3: units masked
+inline constexpr char kFullRecipeVersion[] = "7";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
 // sshd runs per channel stream), rsync, dev not locked for sshd; 4: unused hardware modules
 // blacklisted (UnloadedModules), an initramfs of the root's drivers only (FullInitramfsModules);
 // 5: the boot hook checks its mount with shell builtins (no mountpoint process); 6: systemd makes
 // the metadata disk's mount point (the boot unit's RuntimeDirectory), the hook no mkdir process;
-// the hook starts the transparent egress's modprobe in the background as it starts
+// the hook starts the transparent egress's modprobe in the background as it starts; 7: the CPU's
+// kernel crypto drivers and cpufreq drivers blacklisted, the utmp runlevel unit masked
 
 inline constexpr char kBrowserRecipeVersion[] = "3";  // 2: the boot hook's mount check (test 7);
 // 3: its mount point made by systemd, the egress's modprobe started by the hook (full 6)

@@ -45,7 +45,8 @@ const std::vector<std::string>& FullPackages() {
 const std::vector<std::string>& MaskedUnits() {
   static const std::vector<std::string> k{"getty@.service", "getty-static.service",
                                           "serial-getty@ttyS0.service", "e2scrub_reap.service",
-                                          "e2scrub_all.service", "e2scrub_all.timer"};
+                                          "e2scrub_all.service", "e2scrub_all.timer",
+                                          "systemd-update-utmp-runlevel.service"};
   return k;
 }
 
@@ -58,7 +59,15 @@ const std::vector<std::string>& UnloadedModules() {
       // its AHCI controller with no disk (a workspace's disks are virtio)
       "iTCO_wdt", "iTCO_vendor_support", "intel_pmc_bxt", "lpc_ich", "i2c_i801", "ahci",
       // PC speaker and PS/2 devices (no display, no input)
-      "pcspkr", "serio_raw", "psmouse"};
+      "pcspkr", "serio_raw", "psmouse",
+      // CPU-feature crypto drivers (udev loads them from the CPU's modalias): the guest kernel
+      // encrypts nothing (no dm-crypt, IPsec or kernel TLS; user space brings its own), and each
+      // one's self-tests under TCG ask for more modules (a modprobe per request)
+      "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3", "sha512_ssse3",
+      "crc32_pclmul", "crct10dif_pclmul", "polyval_clmulni",
+      // frequency scaling: a VM's vCPUs have none (each fails its probe after loading; TCG's
+      // `-cpu max` is an AMD model, hence powernow_k8)
+      "acpi_cpufreq", "pcc_cpufreq", "powernow_k8"};
   return k;
 }
 
@@ -108,7 +117,9 @@ std::vector<catalog::PostInstallStep> FullPostInstall() {
   // Units a workspace does not need (seen in `systemd-analyze blame` under TCG): the VM has no
   // display (-vga none), so no getty on tty1-6 (getty@ and the static fallback getty-static),
   // and its serial console is a log file nobody types into (no serial getty);
-  // its disks are files on the host, so no e2scrub of LVM snapshots it does not have. Masked by
+  // its disks are files on the host, so no e2scrub of LVM snapshots it does not have; and no
+  // runlevel record in utmp (systemd-update-utmp-runlevel, a process started beside the boot
+  // hook once multi-user.target is reached; `who -r` then prints nothing). Masked by
   // symlinks to /dev/null (what `systemctl mask` writes): the same bytes on every build.
   steps.push_back({"units",
                    "for u in " + Join(MaskedUnits(), " ") + "; do\n"
@@ -142,6 +153,10 @@ std::vector<catalog::PostInstallStep> FullPostInstall() {
                    "\"$1/var/cache/ldconfig/aux-cache\" \"$1/var/cache/debconf\"/*-old "
                    "\"$1/var/lib/dpkg\"/*-old \"$1/etc/ssh\"/ssh_host_*\n"
                    "find \"$1/var/log\" -type f -exec truncate -s 0 {} +\n"
+                   // apt's download directory belongs to _apt (its sandbox user); one build in
+                   // three here came out of mmdebstrap with it root's (why, not found), and the
+                   // disk's hash changed with it
+                   "chroot \"$1\" chown _apt:root /var/cache/apt/archives/partial\n"
                    "rm -f \"$1/etc/resolv.conf\"\n"});
   return steps;
 }
