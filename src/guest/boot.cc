@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -88,10 +89,12 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
   return b;
 }
 
-// The current channel session, shared with the forwarders' accept threads.
+// The current channel session, shared with the forwarders' accept threads, and the READY text
+// once the boot has earned it (sent on the session current then and on every later one).
 struct Shared {
   std::mutex mu;
   channel::Mux* mux = nullptr;
+  std::optional<std::string> ready;
 };
 
 void AcceptLoop(int listen_fd, std::string service, Shared* shared, Logger log) {
@@ -376,15 +379,14 @@ class Boot {
       const int64_t init_ms = std::min(InitStartMs(), agent_ms_);
       std::string marks = TimingsSuffix(init_ms, agent_ms_, setup_ms_, probe_ms, BootMs());
       log_("timings (ms since the kernel started):" + marks.substr(8));
-      ready_info_ = std::string(kVersion) + " boot " + config_.boot_id + marks;
-      ready_ = true;
+      shared_.ready = std::string(kVersion) + " boot " + config_.boot_id + marks;
       if (config_.browser.enabled) {
         log_("browser: DevTools accepts on 127.0.0.1:" + std::to_string(config_.browser.cdp_port) +
              ": READY");
       } else {
         log_("terminal works: READY");
       }
-      if (shared_.mux) shared_.mux->SendReady(ready_info_);
+      if (shared_.mux) shared_.mux->SendReady(*shared_.ready);
     }).detach();
   }
 
@@ -482,7 +484,7 @@ class Boot {
       {
         std::lock_guard<std::mutex> l(shared_.mu);
         shared_.mux = mux->get();
-        if (ready_) (*mux)->SendReady(ready_info_);
+        if (shared_.ready) (*mux)->SendReady(*shared_.ready);
       }
       if (auto st = (*mux)->Start(); !st.ok()) {
         log_(st.error().message());
@@ -506,10 +508,7 @@ class Boot {
   const AgentTool* const tool_;  // the coding agent (guest/tool.h), or null
   ExecServerOptions exec_opts_;
   SshdOptions sshd_opts_;
-  // The current channel session; its mutex also guards ready_ and ready_info_.
   Shared shared_;
-  bool ready_ = false;
-  std::string ready_info_;
   std::thread egress_setup_;
   std::unique_ptr<TransparentEgress> egress_;
   // Set before the session's and the probe's threads start, read-only after.
