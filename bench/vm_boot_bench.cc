@@ -13,8 +13,11 @@
 // (the goal: at most 1.15). Also QEMU's idle RSS right after READY, and (where the console
 // stamps the hook's line with the kernel's clock: systemd images) the guest's clock at the hook
 // on both sides, which says whether the boots differ before the hook or only after it (with its
-// mean over the runs). Per image: the mean ratio (total over total) and the median of the runs'
-// ratios, which one boot slowed by a shared machine does not move. Each
+// mean over the runs), and cloister's READY on the same clock (the agent's timings line): its
+// part after the hook, which the host's noise moves least. Per image: the mean ratio (total over
+// total) and the median of the runs' ratios, which one boot slowed by a shared machine does not
+// move. The runs alternate between the images (run 1 of each, then run 2 of each, ...), so
+// `--image A --image B` compares two builds of an image under the same drift of the machine. Each
 // side runs with both kernel entries (vm/pvh_kernel.h): PVH with the derived vmlinux (cloister's
 // default) and the bzImage through SeaBIOS (`CLOISTER_KERNEL_BOOT=bzimage`), unless
 // --kernel-boot picks one.
@@ -61,6 +64,30 @@ double GuestClockAtHook(const std::string& console) {
   line = line == std::string::npos ? 0 : line + 1;
   if (line >= console.size() || console[line] != '[') return -1;
   return std::atof(console.c_str() + line + 1);
+}
+
+// The guest's clock at READY in seconds (the agent's "timings (ms since the kernel started): ...
+// ready=N" console line), or -1.
+double GuestClockAtReady(const std::string& console) {
+  size_t at = console.find("timings (ms since the kernel started):");
+  if (at == std::string::npos) return -1;
+  size_t end = console.find('\n', at);
+  size_t ready = console.find(" ready=", at);
+  if (ready == std::string::npos || (end != std::string::npos && ready > end)) return -1;
+  return std::atof(console.c_str() + ready + 7) / 1000;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / v.size();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Seconds from exec to the boot hook starting on the serial console, or -1; the guest's clock at
@@ -187,6 +214,15 @@ int main(int argc, char** argv) {
   if (!store) return 1;
   bool ok = true;
   int n = 0;
+  // One side per image and kernel entry. The runs alternate between them (run 1 of each, then
+  // run 2 of each, ...), so two images compared in one bench see the same drift of the machine.
+  struct Side {
+    std::string image, entry, kernel;
+    double bare_total = 0, cl_total = 0, exec_total = 0;
+    int ok_runs = 0;
+    std::vector<double> ratios, hook_gaps, hook_to_ready;
+  };
+  std::vector<Side> sides;
   for (const std::string& image : images) {
     for (const std::string& entry : entries) {
       // Both sides boot the same kernel file: the bzImage, or the vmlinux cloister derives (into
@@ -201,78 +237,98 @@ int main(int argc, char** argv) {
         }
         kernel = *pvh;
       }
-      double bare_total = 0, cl_total = 0, exec_total = 0;
-      int ok_runs = 0;
-      std::vector<double> ratios, hook_gaps;
-      for (int r = 0; r < runs; ++r) {
-        double bare_hook = -1;
-        double bare = BareBoot(image, kernel, memory, cpus, &bare_hook);
-        std::string ws = "boot" + std::to_string(n++);
-        if (!store->Create(ws, image, memory, cpus)) return 1;
-        auto t0 = Clock::now();
-        auto started = store->Cli({"start", ws, "--accel", "tcg", "--timings"},
-                                  {{"CLOISTER_KERNEL_BOOT", entry}});
-        double cl = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (!started.success() || bare <= 0) {
-          std::cerr << image << ": " << (bare <= 0 ? "bare boot never reached the hook; " : "")
-                    << started.err << "\n";
-          ok = false;
-          store->ForceStop(ws);
-          continue;
-        }
-        pid_t qemu = store->QemuPid(ws);
-        long rss = qemu > 0 ? bench::ProcKib(qemu, "status", "VmRSS:") / 1024 : -1;
-        // The first command after READY: READY does not wait for the tmux session, exec does
-        // (guest/agent.cc), so a boot's whole cost to `start && exec` is READY plus this.
-        auto e0 = Clock::now();
-        auto exec = store->Cli({"exec", ws, "--", "true"});
-        double first_exec = std::chrono::duration<double>(Clock::now() - e0).count();
+      Side side;
+      side.image = image;
+      side.entry = entry;
+      side.kernel = kernel;
+      sides.push_back(std::move(side));
+    }
+  }
+  for (int r = 0; r < runs; ++r) {
+    for (Side& side : sides) {
+      const std::string& image = side.image;
+      const std::string& entry = side.entry;
+      double bare_hook = -1;
+      double bare = BareBoot(image, side.kernel, memory, cpus, &bare_hook);
+      std::string ws = "boot" + std::to_string(n++);
+      if (!store->Create(ws, image, memory, cpus)) return 1;
+      auto t0 = Clock::now();
+      auto started = store->Cli({"start", ws, "--accel", "tcg", "--timings"},
+                                {{"CLOISTER_KERNEL_BOOT", entry}});
+      double cl = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!started.success() || bare <= 0) {
+        std::cerr << image << ": " << (bare <= 0 ? "bare boot never reached the hook; " : "")
+                  << started.err << "\n";
+        ok = false;
         store->ForceStop(ws);
-        if (!exec.success()) {
-          std::cerr << image << ": the first exec after READY failed: " << exec.err << "\n";
-          ok = false;
-          continue;
+        continue;
+      }
+      pid_t qemu = store->QemuPid(ws);
+      long rss = qemu > 0 ? bench::ProcKib(qemu, "status", "VmRSS:") / 1024 : -1;
+      // The first command after READY: READY does not wait for the tmux session, exec does
+      // (guest/agent.cc), so a boot's whole cost to `start && exec` is READY plus this.
+      auto e0 = Clock::now();
+      auto exec = store->Cli({"exec", ws, "--", "true"});
+      double first_exec = std::chrono::duration<double>(Clock::now() - e0).count();
+      store->ForceStop(ws);
+      if (!exec.success()) {
+        std::cerr << image << ": the first exec after READY failed: " << exec.err << "\n";
+        ok = false;
+        continue;
+      }
+      auto console = ReadFileBounded(store->store().Paths(ws).console_log, 16 << 20);
+      double cl_hook = console.ok() ? GuestClockAtHook(*console) : -1;
+      double cl_ready = console.ok() ? GuestClockAtReady(*console) : -1;
+      std::printf("%s [%s] run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
+                  "ratio %.2f; first exec after READY %.2f s; QEMU RSS at READY %ld MiB\n"
+                  "  phases (ms):",
+                  image.c_str(), entry.c_str(), r + 1, bare, cl, cl / bare, first_exec, rss);
+      for (const auto& [name, ms] : TimingRows(started.out)) std::printf(" %s %ld", name.c_str(), ms);
+      std::printf("\n");
+      // Where the two boots part: equal clocks here put all of the difference after the hook.
+      if (bare_hook >= 0 && cl_hook >= 0) {
+        std::printf("  guest clock at the boot hook's start: bare %.2f s, cloister %.2f s",
+                    bare_hook, cl_hook);
+        // Cloister's part after the hook on the guest's own clock: what the host's noise moves
+        // least, and what a change to the hook, the agent or the guest's units shows in.
+        if (cl_ready >= cl_hook) {
+          std::printf("; cloister's READY %.2f s (%.0f ms after its hook)", cl_ready,
+                      (cl_ready - cl_hook) * 1000);
+          side.hook_to_ready.push_back(cl_ready - cl_hook);
         }
-        auto console = ReadFileBounded(store->store().Paths(ws).console_log, 16 << 20);
-        double cl_hook = console.ok() ? GuestClockAtHook(*console) : -1;
-        std::printf("%s [%s] run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
-                    "ratio %.2f; first exec after READY %.2f s; QEMU RSS at READY %ld MiB\n"
-                    "  phases (ms):",
-                    image.c_str(), entry.c_str(), r + 1, bare, cl, cl / bare, first_exec, rss);
-        for (const auto& [name, ms] : TimingRows(started.out)) std::printf(" %s %ld", name.c_str(), ms);
         std::printf("\n");
-        // Where the two boots part: equal clocks here put all of the difference after the hook.
-        if (bare_hook >= 0 && cl_hook >= 0) {
-          std::printf("  guest clock at the boot hook's start: bare %.2f s, cloister %.2f s\n",
-                      bare_hook, cl_hook);
-        }
-        std::fflush(stdout);
-        ratios.push_back(cl / bare);
-        if (bare_hook >= 0 && cl_hook >= 0) hook_gaps.push_back(cl_hook - bare_hook);
-        bare_total += bare;
-        cl_total += cl;
-        exec_total += first_exec;
-        ++ok_runs;
       }
-      if (ok_runs > 0) {
-        // The median of the runs' ratios too: one boot slowed by the machine moves the mean.
-        std::sort(ratios.begin(), ratios.end());
-        const size_t n = ratios.size();
-        const double median = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
-        std::printf("%s [%s] mean: bare %.2f s, cloister %.2f s, ratio %.2f (median of the runs "
-                    "%.2f; goal 1.15); first exec after READY %.2f s\n",
-                    image.c_str(), entry.c_str(), bare_total / ok_runs, cl_total / ok_runs,
-                    cl_total / bare_total, median, exec_total / ok_runs);
-        // How much of cloister's extra time is before the hook (its devices, in the guest's own
-        // clock) and so not the agent's.
-        if (!hook_gaps.empty()) {
-          double sum = 0;
-          for (double g : hook_gaps) sum += g;
-          std::printf("%s [%s] guest clock at the hook, cloister minus bare: mean %+.2f s over %zu "
-                      "run(s)\n",
-                      image.c_str(), entry.c_str(), sum / hook_gaps.size(), hook_gaps.size());
-        }
-      }
+      std::fflush(stdout);
+      side.ratios.push_back(cl / bare);
+      if (bare_hook >= 0 && cl_hook >= 0) side.hook_gaps.push_back(cl_hook - bare_hook);
+      side.bare_total += bare;
+      side.cl_total += cl;
+      side.exec_total += first_exec;
+      ++side.ok_runs;
+    }
+  }
+  for (Side& side : sides) {
+    if (side.ok_runs == 0) continue;
+    const char* image = side.image.c_str();
+    const char* entry = side.entry.c_str();
+    // The median of the runs' ratios too: one boot slowed by the machine moves the mean.
+    std::printf("%s [%s] mean: bare %.2f s, cloister %.2f s, ratio %.2f (median of the runs "
+                "%.2f; goal 1.15); first exec after READY %.2f s\n",
+                image, entry, side.bare_total / side.ok_runs, side.cl_total / side.ok_runs,
+                side.cl_total / side.bare_total, Median(side.ratios),
+                side.exec_total / side.ok_runs);
+    // How much of cloister's extra time is before the hook (its devices, in the guest's own
+    // clock) and so not the agent's.
+    if (!side.hook_gaps.empty()) {
+      std::printf("%s [%s] guest clock at the hook, cloister minus bare: mean %+.2f s over %zu "
+                  "run(s)\n",
+                  image, entry, Mean(side.hook_gaps), side.hook_gaps.size());
+    }
+    if (!side.hook_to_ready.empty()) {
+      std::printf("%s [%s] cloister's hook to READY on the guest clock: mean %.0f ms, median "
+                  "%.0f ms over %zu run(s)\n",
+                  image, entry, Mean(side.hook_to_ready) * 1000,
+                  Median(side.hook_to_ready) * 1000, side.hook_to_ready.size());
     }
   }
   std::printf("after: %s\n", bench::LoadAverage().c_str());
