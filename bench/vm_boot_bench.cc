@@ -13,7 +13,7 @@
 // (the goal: at most 1.15). Also QEMU's idle RSS right after READY, and (where the console
 // stamps the hook's line with the kernel's clock: systemd images) the guest's clock at the hook
 // on both sides, which says whether the boots differ before the hook or only after it (with its
-// mean over the runs), and cloister's READY on the same clock (the agent's timings line): its
+// mean over the runs), and cloister's READY on the same clock (the guest's phases summed): its
 // part after the hook, which the host's noise moves least. Per image: the mean ratio (total over
 // total) and the median of the runs' ratios, which one boot slowed by a shared machine does not
 // move. The runs alternate between the images (run 1 of each, then run 2 of each, ...), so
@@ -64,17 +64,6 @@ double GuestClockAtHook(const std::string& console) {
   line = line == std::string::npos ? 0 : line + 1;
   if (line >= console.size() || console[line] != '[') return -1;
   return std::atof(console.c_str() + line + 1);
-}
-
-// The guest's clock at READY in seconds (the agent's "timings (ms since the kernel started): ...
-// ready=N" console line), or -1.
-double GuestClockAtReady(const std::string& console) {
-  size_t at = console.find("timings (ms since the kernel started):");
-  if (at == std::string::npos) return -1;
-  size_t end = console.find('\n', at);
-  size_t ready = console.find(" ready=", at);
-  if (ready == std::string::npos || (end != std::string::npos && ready > end)) return -1;
-  return std::atof(console.c_str() + ready + 7) / 1000;
 }
 
 double Mean(const std::vector<double>& v) {
@@ -168,6 +157,22 @@ std::vector<std::pair<std::string, long>> TimingRows(const std::string& out) {
     if (l >> name >> ms) rows.emplace_back(name, ms);
   }
   return rows;
+}
+
+// The guest's clock at READY in seconds, or -1: the sum of the guest's phases in those rows (each
+// is the span between two of the agent's marks, the first from the kernel's start; see
+// supervisor/boot_timings.h GuestPhases).
+double GuestClockAtReady(const std::vector<std::pair<std::string, long>>& rows) {
+  long ms = 0;
+  int found = 0;
+  for (const auto& [name, v] : rows) {
+    if (name == "kernel" || name == "init-to-hook" || name == "agent-setup" ||
+        name == "terminal-probe" || name == "to-ready") {
+      ms += v;
+      ++found;
+    }
+  }
+  return found == 5 ? ms / 1000.0 : -1;
 }
 
 }  // namespace
@@ -278,12 +283,13 @@ int main(int argc, char** argv) {
       }
       auto console = ReadFileBounded(store->store().Paths(ws).console_log, 16 << 20);
       double cl_hook = console.ok() ? GuestClockAtHook(*console) : -1;
-      double cl_ready = console.ok() ? GuestClockAtReady(*console) : -1;
+      const auto phases = TimingRows(started.out);
+      double cl_ready = GuestClockAtReady(phases);
       std::printf("%s [%s] run %d: bare exec to boot hook %.2f s, cloister start to READY %.2f s, "
                   "ratio %.2f; first exec after READY %.2f s; QEMU RSS at READY %ld MiB\n"
                   "  phases (ms):",
                   image.c_str(), entry.c_str(), r + 1, bare, cl, cl / bare, first_exec, rss);
-      for (const auto& [name, ms] : TimingRows(started.out)) std::printf(" %s %ld", name.c_str(), ms);
+      for (const auto& [name, ms] : phases) std::printf(" %s %ld", name.c_str(), ms);
       std::printf("\n");
       // Where the two boots part: equal clocks here put all of the difference after the hook.
       if (bare_hook >= 0 && cl_hook >= 0) {

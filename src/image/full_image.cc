@@ -60,9 +60,10 @@ const std::vector<std::string>& UnloadedModules() {
       "iTCO_wdt", "iTCO_vendor_support", "intel_pmc_bxt", "lpc_ich", "i2c_i801", "ahci",
       // PC speaker and PS/2 devices (no display, no input)
       "pcspkr", "serio_raw", "psmouse",
-      // CPU-feature crypto drivers (udev loads them from the CPU's modalias): the guest kernel
-      // encrypts nothing (no dm-crypt, IPsec or kernel TLS; user space brings its own), and each
-      // one's self-tests under TCG ask for more modules (a modprobe per request)
+      // CPU-feature crypto drivers (udev loads them from the CPU's modalias): nothing in a
+      // workspace uses the kernel's ciphers (no dm-crypt, IPsec or kernel TLS; user space brings
+      // its own; the generic ones still load on request), and under TCG aesni's self-tests asked
+      // for a cryptd module per algorithm, a modprobe exec each
       "aesni_intel", "ghash_clmulni_intel", "sha1_ssse3", "sha256_ssse3", "sha512_ssse3",
       "crc32_pclmul", "crct10dif_pclmul", "polyval_clmulni",
       // frequency scaling: a VM's vCPUs have none (each fails its probe after loading; TCG's
