@@ -383,7 +383,7 @@ TEST(ArchRuleTest, AnIncludeOfAModuleTheTargetDoesNotLinkIsUndeclared) {
   fs::create_directories(src + "/src/aws");
   std::ofstream(src + "/src/aws/CMakeLists.txt") << "add_library(cloister_aws a.cc)\n";
   std::ofstream(src + "/src/aws/a.cc") << "#include \"vault/vault.h\"\n"
-                                         "#include \"proxy/filter.h\"\n";
+                                         "#include \"proxy/extension_filter.h\"\n";
   CMakeSources cm = ReadCMakeLists(src);
   TargetGraph g = Graph({"cloister_aws", "cloister_vault", "cloister_proxy"}, {{0, 1}});
   std::vector<std::string> u = UndeclaredIncludes(src, cm, g);

@@ -109,8 +109,8 @@ Result<std::unique_ptr<Resigner>> MintedResigner(const RequestHead& a, Credentia
 CustodyFilter::CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::vector<std::string> scope)
     : custody_(std::move(custody)), scope_(std::move(scope)) {}
 
-Result<proxy::FilterVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& head) {
-  proxy::FilterVerdict verdict;
+Result<proxy::ExtensionVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& head) {
+  proxy::ExtensionVerdict verdict;
   ASSIGN_OR_RETURN(bool swapped, SwapToken(head, *custody_));
   verdict.handled = swapped;
   if (!vault::HostInAnyScope(head.host, scope_)) return verdict;

@@ -1,4 +1,4 @@
-// AWS credential custody as a filter of the egress proxy (proxy/filter.h). One per proxy, added
+// AWS credential custody as a filter of the egress proxy (proxy/extension_filter.h). One per proxy, added
 // last by AddAwsFilters (after the workspace's re-signing filters) and holding the proxy's
 // CredentialCustody (custody.h).
 //
@@ -25,16 +25,16 @@
 
 #include "aws/custody.h"
 #include "aws/vending.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 
 namespace cloister::aws {
 
-class CustodyFilter : public proxy::RequestFilter {
+class CustodyFilter : public proxy::ExtensionFilter {
  public:
   // `scope`: the AWS hosts (exact or subdomain) whose requests may be re-signed and whose vending
   // responses are taken into custody (the union of the workspace's AWS credential scopes).
   CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::vector<std::string> scope);
-  Result<proxy::FilterVerdict> OnRequestHead(proxy::RequestHead& head) override;
+  Result<proxy::ExtensionVerdict> OnRequestHead(proxy::RequestHead& head) override;
   Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
 
   const std::shared_ptr<CredentialCustody>& custody() const { return custody_; }

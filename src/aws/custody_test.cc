@@ -99,7 +99,7 @@ class CustodyTest : public ::testing::Test {
   Result<std::string> Exchange(proxy::RequestHead head, const std::string& response,
                                const std::string& form_body = "",
                                std::vector<std::pair<std::string, std::string>> rh = {}) {
-    ASSIGN_OR_RETURN(proxy::FilterVerdict v, filter_->OnRequestHead(head));
+    ASSIGN_OR_RETURN(proxy::ExtensionVerdict v, filter_->OnRequestHead(head));
     if (v.need_full_body) RETURN_IF_ERROR(filter_->OnFullBody(head, form_body));
     forwarded_ = head;
     if (!v.response) return Error(ErrorCode::kNotFound, "no response transform");
@@ -468,12 +468,12 @@ TEST_F(CustodyTest, AddAwsFiltersPutsOneCustodyFilterAfterTheResigners) {
   cfg.credentials = {b};
   auto n = AddAwsFilters(cfg);
   ASSERT_TRUE(n.ok()) << n.error().message();
-  ASSERT_EQ(cfg.filters.size(), 2u);
-  EXPECT_NE(dynamic_cast<AwsProxyFilter*>(cfg.filters[0].get()), nullptr);
-  EXPECT_NE(dynamic_cast<CustodyFilter*>(cfg.filters[1].get()), nullptr);
+  ASSERT_EQ(cfg.extension_filters.size(), 2u);
+  EXPECT_NE(dynamic_cast<AwsProxyFilter*>(cfg.extension_filters[0].get()), nullptr);
+  EXPECT_NE(dynamic_cast<CustodyFilter*>(cfg.extension_filters[1].get()), nullptr);
   proxy::ProxyConfig none;
   ASSERT_TRUE(AddAwsFilters(none).ok());
-  EXPECT_TRUE(none.filters.empty());
+  EXPECT_TRUE(none.extension_filters.empty());
 }
 
 TEST(Iso8601Test, ParsesAwsForms) {

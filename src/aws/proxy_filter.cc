@@ -11,8 +11,8 @@ AwsProxyFilter::AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scop
                                std::shared_ptr<CredentialCustody> custody)
     : resigner_(std::move(secrets)), scope_(std::move(scope)), custody_(std::move(custody)) {}
 
-Result<proxy::FilterVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& head) {
-  proxy::FilterVerdict verdict;
+Result<proxy::ExtensionVerdict> AwsProxyFilter::OnRequestHead(proxy::RequestHead& head) {
+  proxy::ExtensionVerdict verdict;
   if (!vault::HostInAnyScope(head.host, scope_)) return verdict;
   RequestHead a = ToAws(head);
   // Unsigned requests (public objects) pass. Anything with an Authorization header, or a SigV4

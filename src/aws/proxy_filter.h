@@ -1,4 +1,4 @@
-// The AWS re-signer as a filter of the egress proxy (proxy/filter.h), and the per-boot wiring of a
+// The AWS re-signer as a filter of the egress proxy (proxy/extension_filter.h), and the per-boot wiring of a
 // workspace's AWS credentials into the proxy's configuration.
 //
 // One filter per AWS credential of the workspace. For a TLS-intercepted request whose host is in
@@ -20,7 +20,7 @@
 
 #include "aws/custody.h"
 #include "aws/resigner.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 #include "proxy/proxy.h"
 #include "vault/vault.h"
 
@@ -30,12 +30,12 @@ namespace cloister::aws {
 // (so that it trips the compromise detector anywhere outside the AWS scope).
 inline constexpr char kSessionTokenId[] = "aws:session-token";
 
-class AwsProxyFilter : public proxy::RequestFilter {
+class AwsProxyFilter : public proxy::ExtensionFilter {
  public:
   // `scope`: lower-case host names; a request host matches one exactly or as a subdomain.
   AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
                  std::shared_ptr<CredentialCustody> custody = nullptr);
-  Result<proxy::FilterVerdict> OnRequestHead(proxy::RequestHead& head) override;
+  Result<proxy::ExtensionVerdict> OnRequestHead(proxy::RequestHead& head) override;
   Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
 
  private:
@@ -49,7 +49,7 @@ class AwsProxyFilter : public proxy::RequestFilter {
 AwsSecrets SecretsFor(const vault::BoundCredential& b);
 
 // Per boot, in the supervisor, after `cfg.credentials = vault.Bind()`: for every kAws credential
-// in cfg.credentials, appends an AwsProxyFilter to cfg.filters and, when the credential has a
+// in cfg.credentials, appends an AwsProxyFilter to cfg.extension_filters and, when the credential has a
 // session token, a credential entry for the token's placeholder (id kSessionTokenId, kind kAws,
 // same scope; kAws substitutes no header, so the filter sees what the guest signed). When there is
 // at least one, it also appends one CustodyFilter (custody_filter.h) with a new CredentialCustody

@@ -200,7 +200,7 @@ TEST(AddAwsFiltersTest, WiresOneFilterTheCustodyFilterAndTheTokenPlaceholder) {
   auto n = AddAwsFilters(cfg);
   ASSERT_TRUE(n.ok()) << n.error().ToString();
   EXPECT_EQ(*n, 1);
-  ASSERT_EQ(cfg.filters.size(), 2u);  // the re-signer, then credential custody (custody_test.cc)
+  ASSERT_EQ(cfg.extension_filters.size(), 2u);  // the re-signer, then credential custody (custody_test.cc)
   ASSERT_EQ(cfg.credentials.size(), 3u);
   const vault::BoundCredential& t = cfg.credentials[2];
   EXPECT_EQ(t.credential.id, kSessionTokenId);

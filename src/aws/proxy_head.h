@@ -1,4 +1,4 @@
-// Conversions between the proxy's request head (proxy/filter.h) and the signer's (aws/sigv4.h),
+// Conversions between the proxy's request head (proxy/extension_filter.h) and the signer's (aws/sigv4.h),
 // shared by the AWS filters (proxy_filter.cc: re-signing; custody_filter.cc: credential custody).
 #pragma once
 
@@ -6,7 +6,7 @@
 
 #include "aws/resigner.h"
 #include "aws/sigv4.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 
 namespace cloister::aws {
 

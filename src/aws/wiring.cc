@@ -36,13 +36,13 @@ Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
       t.placeholder = b.aws_token_placeholder;
       tokens.push_back(std::move(t));
     }
-    cfg.filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts, custody));
+    cfg.extension_filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts, custody));
     for (const std::string& h : c.hosts) {
       if (std::find(scope.begin(), scope.end(), h) == scope.end()) scope.push_back(h);
     }
     ++n;
   }
-  if (n > 0) cfg.filters.push_back(std::make_shared<CustodyFilter>(custody, scope));
+  if (n > 0) cfg.extension_filters.push_back(std::make_shared<CustodyFilter>(custody, scope));
   for (auto& t : tokens) cfg.credentials.push_back(std::move(t));
   return n;
 }

@@ -53,7 +53,7 @@ class CodexLoginTest : public ::testing::Test {
                              VaultPersister(tv.loc, vault::KeyBackend::kFile, "", true));
     ASSERT_TRUE(f.ok()) << f.error().ToString();
     env.creds = cfg.credentials;
-    env.filters = cfg.filters;
+    env.extension_filters = cfg.extension_filters;
     env.StartProxy({{"auth.openai.com:443", upstream->Address()},
                     {"chatgpt.com:443", upstream->Address()}});
     // The proxy's unix socket (as the supervisor hands it channel streams).

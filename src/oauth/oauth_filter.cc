@@ -177,8 +177,8 @@ OauthFilter::OauthFilter(std::vector<std::shared_ptr<LoginCustody>> logins)
   }
 }
 
-Result<proxy::FilterVerdict> OauthFilter::OnRequestHead(proxy::RequestHead& head) {
-  proxy::FilterVerdict v;
+Result<proxy::ExtensionVerdict> OauthFilter::OnRequestHead(proxy::RequestHead& head) {
+  proxy::ExtensionVerdict v;
   if (vault::HostInAnyScope(head.host, token_hosts_) && IsTokenEndpoint(head)) {
     auto call = std::make_shared<TokenCall>();
     v.handled = true;

@@ -1,6 +1,7 @@
-// Subscription logins as a filter of the egress proxy (proxy/filter.h, in ProxyConfig::filters
-// like aws/; added by AddOauthFilters, wiring.h). One filter per proxy, holding every login of the
-// workspace (LoginCustody, custody.h) and guarding the providers' token endpoints.
+// Subscription logins as an extension filter of the egress proxy (proxy/extension_filter.h, in
+// ProxyConfig::extension_filters like aws/; added by AddOauthFilters, wiring.h). One filter per
+// proxy, holding every login of the workspace (LoginCustody, custody.h) and guarding the
+// providers' token endpoints.
 //
 // For a TLS-intercepted request (names agree; the detector has already scanned it: a placeholder
 // toward a host outside its scope never gets here, it trips the detector):
@@ -32,17 +33,17 @@
 #include <vector>
 
 #include "oauth/custody.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 
 namespace cloister::oauth {
 
 // The providers' token endpoint hosts, guarded even when the workspace holds no login.
 const std::vector<std::string>& ProviderTokenHosts();
 
-class OauthFilter : public proxy::RequestFilter {
+class OauthFilter : public proxy::ExtensionFilter {
  public:
   explicit OauthFilter(std::vector<std::shared_ptr<LoginCustody>> logins);
-  Result<proxy::FilterVerdict> OnRequestHead(proxy::RequestHead& head) override;
+  Result<proxy::ExtensionVerdict> OnRequestHead(proxy::RequestHead& head) override;
   Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
 
   const std::vector<std::shared_ptr<LoginCustody>>& logins() const { return logins_; }

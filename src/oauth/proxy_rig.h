@@ -57,7 +57,7 @@ struct OauthProxyRig {
     ASSERT_TRUE(f.ok()) << f.error().ToString();
     filter = *f;
     env.creds = cfg.credentials;
-    env.filters = cfg.filters;
+    env.extension_filters = cfg.extension_filters;
     std::map<std::string, std::string> routes;
     for (const std::string& h : hosts) routes[h + ":443"] = upstream->Address();
     env.StartProxy(routes);

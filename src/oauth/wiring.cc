@@ -66,7 +66,7 @@ Result<std::shared_ptr<OauthFilter>> AddOauthFilters(
   }
   for (auto& e : extra) cfg.credentials.push_back(std::move(e));
   auto filter = std::make_shared<OauthFilter>(std::move(logins));
-  cfg.filters.push_back(filter);
+  cfg.extension_filters.push_back(filter);
   return filter;
 }
 

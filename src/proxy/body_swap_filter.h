@@ -5,7 +5,7 @@
 // SECURITY: handles real values; the redactor learns each one.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

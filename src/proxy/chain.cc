@@ -4,7 +4,7 @@
 #include "proxy/consent_filter.h"
 #include "proxy/destination_filter.h"
 #include "proxy/detection_filter.h"
-#include "proxy/filter_adapter.h"
+#include "proxy/extension_filter_adapter.h"
 #include "proxy/header_substitution_filter.h"
 #include "proxy/hop_by_hop_filter.h"
 #include "proxy/identity_encoding_filter.h"
@@ -23,7 +23,7 @@ Chain DefaultChain() {
   f.push_back(std::make_unique<ConsentFilter>());             // ask-credentials: a grant, else 403
   f.push_back(std::make_unique<HeaderSubstitutionFilter>());  // placeholder -> real, headers
   f.push_back(std::make_unique<HopByHopFilter>());            // hop-by-hop headers, 100-continue
-  f.push_back(std::make_unique<RequestFilterAdapter>());      // config.filters (AWS re-signing)
+  f.push_back(std::make_unique<ExtensionFilterAdapter>());      // config.extension_filters (AWS re-signing)
   f.push_back(std::make_unique<BodySwapFilter>());            // placeholder -> real, bodies
   f.push_back(std::make_unique<IdentityEncodingFilter>());    // plain bytes back, or 502
   f.push_back(std::make_unique<ResponseRedactionFilter>());   // real -> placeholder, responses

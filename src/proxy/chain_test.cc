@@ -10,7 +10,7 @@ namespace {
 TEST(ChainTest, TheOrderIsOneList) {
   EXPECT_EQ(DefaultChain().Names(),
             (std::vector<std::string>{"destination", "detection", "name_agreement", "consent",
-                                      "header_substitution", "hop_by_hop", "request_filters",
+                                      "header_substitution", "hop_by_hop", "extension_filters",
                                       "body_swap", "identity_encoding", "response_redaction"}));
 }
 

@@ -6,7 +6,7 @@
 // SECURITY: the target and Host are guest bytes (already checked by http_head.h's rules).
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

@@ -6,7 +6,7 @@
 // SECURITY: scans hostile guest bytes, before any other filter changes them.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

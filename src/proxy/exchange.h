@@ -16,7 +16,7 @@
 
 #include "base/result.h"
 #include "proxy/detector.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 #include "proxy/http_head.h"
 #include "proxy/proxy.h"
 #include "proxy/redactor.h"
@@ -96,9 +96,9 @@ struct Exchange {
   bool had_body = false;    // the request declared a body
   bool body_whole = false;  // set by the driver: OnRequestBody gets the whole body in one call
 
-  // Request filters (filter.h): their view of the head, and what they asked for.
+  // Extension filters (extension_filter.h): their view of the head, and what they asked for.
   RequestHead filter_head;
-  std::vector<RequestFilter*> full_body;  // filters that want OnFullBody
+  std::vector<ExtensionFilter*> full_body;  // filters that want OnFullBody
   std::vector<std::unique_ptr<BodyTransform>> transforms;
   std::vector<std::unique_ptr<ResponseTransform>> response_transforms;
 

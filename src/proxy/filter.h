@@ -1,87 +1,42 @@
-// Request filters: a seam for modules that must rewrite intercepted requests beyond header
-// substitution (aws/: SigV4 re-signing). Owned by proxy; implemented elsewhere.
+// A filter of the proxy's chain (chain.h): every proxied request (proxy mode and transparent mode,
+// plain HTTP and TLS-intercepted) passes through the chain's filters in order.
 //
-// A filter sees a TLS-intercepted request only when the CONNECT host, SNI and Host header agree,
-// after the compromise detector's head scan and the header substitution. It may rewrite the head
-// and wrap the request body. Filters run on proxy threads, one request at a time per connection;
-// an implementation shared by connections must be thread safe.
+// Hooks, each returning Status (an error stops the request: see Exchange::Refuse / Exchange::Trip):
+//   OnRequestHead   in list order, once the head is read (nothing has gone upstream). A filter
+//                   that must wait for a decision outside the proxy (consent_filter.h) sets
+//                   Exchange::consent_wait: the chain stops after it, and the driver calls
+//                   OnRequestHead again (from that filter) once the ticket is decided.
+//   OnRequestBody   in list order, for each piece of the (de-chunked) request body; the piece may
+//                   be rewritten in place. With Exchange::body_whole the whole body comes in one
+//                   call (end == true); otherwise the body streams (first the held bytes, then
+//                   each piece, end == true on the last).
+//   OnResponseHead  in REVERSE list order (the filter nearest upstream sees the response first)
+//   OnResponseBody  in reverse list order, per piece (the whole body at once with
+//                   Exchange::hold_response)
+// The async I/O (sockets, Beast parsers, hold-back, upstream connections) is the driver's
+// (http_driver.h); filters never do I/O, so each is testable with a Beast head and a string.
+// Filters are stateless across requests (per-request state lives in the Exchange), so one chain
+// serves every connection and thread.
+// Adding a filter: one new file (a class implementing Filter) and one line in DefaultChain.
+// (Other modules plug in through extension_filter.h, which one filter of the chain runs.)
 #pragma once
 
-#include <cstdint>
-#include <memory>
 #include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
 
-#include "base/result.h"
+#include "proxy/exchange.h"
 
 namespace cloister::proxy {
 
-struct RequestHead {
-  std::string method;  // "GET"
-  std::string target;  // origin form as sent: "/bucket/key?uploads="
-  std::string host;    // destination host (CONNECT authority = SNI = Host), lower-case, no port
-  uint16_t port = 443;
-  std::vector<std::pair<std::string, std::string>> headers;  // wire order, names as received
-};
-
-// Wraps the request body (after de-chunking). Output length should equal input length when the
-// body is streamed (the declared length is kept); a held body gets a recomputed Content-Length.
-class BodyTransform {
+class Filter {
  public:
-  virtual ~BodyTransform() = default;
-  virtual Result<std::string> Data(std::string_view in) = 0;  // bytes to forward now
-  virtual Result<std::string> End() = 0;                      // at the end; error aborts upstream
-};
-
-// The upstream's response head as the proxy received it (status and headers in wire order).
-struct ResponseHead {
-  int status = 0;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
-// What a response transform asks for after seeing the head.
-struct ResponseHold {
-  bool hold = false;    // hold the whole body (<= max_body) and call OnBody before the guest sees it
-  size_t max_body = 0;  // a longer body is refused: 502 to the guest, nothing of it forwarded
-};
-
-// One request's view of its response (a filter that must see what comes back, e.g. aws/ credential
-// custody). Created by the filter in OnRequestHead, owned by the proxy for that one request.
-// SECURITY: a request with a response transform is sent upstream with `Accept-Encoding: identity`;
-// a response to it that still carries a Content-Encoding other than identity is refused (502), so
-// OnBody always sees the bytes the guest would get.
-// (The proxy sets that header after OnRequestHead returned: a filter that signs the head and has a
-// response transform should set `Accept-Encoding: identity` itself before signing, so the proxy's
-// set changes nothing. A verdict with handled == false is ignored, its response transform too.)
-class ResponseTransform {
- public:
-  virtual ~ResponseTransform() = default;
-  // May rewrite the head. An error: 502 with the message to the guest, nothing of the response
-  // forwarded, and the trace record carries the message.
-  virtual Result<ResponseHold> OnHead(ResponseHead& head) = 0;
-  // Only after hold: the whole body; returns the body the guest gets (Content-Length recomputed).
-  // An error: as for OnHead.
-  virtual Result<std::string> OnBody(ResponseHead& head, std::string body) = 0;
-};
-
-struct FilterVerdict {
-  bool handled = false;         // false: the filter does not apply; the head is left as it was
-  bool need_full_body = false;  // hold the whole body (<= max_body) and call OnFullBody
-  size_t max_body = 0;
-  std::unique_ptr<BodyTransform> body;  // optional
-  std::unique_ptr<ResponseTransform> response;  // optional: sees (and may rewrite) the response
-};
-
-class RequestFilter {
- public:
-  virtual ~RequestFilter() = default;
-  // May rewrite `head`. An error: 403 with the message, nothing forwarded; kCompromised: the
-  // compromise detector trips (451, callback).
-  virtual Result<FilterVerdict> OnRequestHead(RequestHead& head) = 0;
-  // Only after need_full_body: the whole body (may rewrite the head; the body goes unchanged).
-  virtual Status OnFullBody(RequestHead& head, std::string_view body) = 0;
+  virtual ~Filter() = default;
+  virtual const char* name() const = 0;
+  virtual Status OnRequestHead(Exchange&) { return OkStatus(); }
+  virtual Status OnRequestBody(Exchange&, std::string& /*data*/, bool /*end*/) { return OkStatus(); }
+  virtual Status OnResponseHead(Exchange&, ResponseHeader&) { return OkStatus(); }
+  virtual Status OnResponseBody(Exchange&, ResponseHeader&, std::string& /*data*/, bool /*end*/) {
+    return OkStatus();
+  }
 };
 
 }  // namespace cloister::proxy

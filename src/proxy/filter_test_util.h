@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 #include "proxy/test_env.h"
 
 namespace cloister::proxy::testing {

@@ -5,7 +5,7 @@
 // SECURITY: handles real values; wipes its copies.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

@@ -3,7 +3,7 @@
 // driver writes the 100), and sends HTTP/1.1 upstream.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

@@ -1,20 +1,81 @@
-// The HTTP driver: reads each request of a client connection, runs it through the filter chain
-// (chain.h) and relays it and its response. It owns every piece of async I/O (Beast parsers,
-// upstream connections, the streaming hold-back, 100 Continue, upgrades); the filters decide.
+#include "proxy/http_driver.h"
+
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include "proxy/consent_filter.h"
-#include "proxy/proxy_impl.h"
 #include "vault/crypto.h"
 
 namespace cloister::proxy {
+namespace {
+
+// A piece buffer for bodies, uninitialised on purpose (a zeroed vector cost a 64 KiB memset per
+// request) and freed with the request (an idle keep-alive connection holds none).
+struct PieceBuffer {
+  std::unique_ptr<char[]> p{new char[kIoBuffer]};
+  char* data() const { return p.get(); }
+  size_t size() const { return kIoBuffer; }
+};
+
+// Writes what the serializer has until it needs more body (or is done).
+template <class Stream, class Serializer>
+awaitable<bool> WriteSerialized(Stream& s, Serializer& sr) {
+  for (;;) {
+    auto [ec, n] = co_await http::async_write(s, sr, kTok);
+    if (ec == http::error::need_buffer) co_return true;
+    if (ec) co_return false;
+    if (sr.is_done()) co_return true;
+  }
+}
+
+}  // namespace
+
+template <class Client, class Up>
+struct HttpDriver::Turn {
+  Turn(const ProxyContext& ctx, const Origin& origin, Client& c, beast::flat_buffer& cb,
+       RequestParser& p, UpstreamSlot<Up>& u)
+      : client(c), cbuf(cb), parser(p), req(p.get()), up(u), ex(ctx, origin, p.get()) {}
+  ~Turn() { vault::SecureWipe(pending); }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+  Client& client;
+  beast::flat_buffer& cbuf;
+  RequestParser& parser;
+  http::request<http::buffer_body>& req;
+  UpstreamSlot<Up>& up;
+  Exchange ex;
+  PieceBuffer io;
+  // Request: the body held before anything goes upstream, and whether it is all of it.
+  std::string pending;
+  bool complete = false;
+  // Response.
+  std::optional<http::response_parser<http::buffer_body>> rp;
+  bool upstream_keep = false;  // upstream may serve another request on this connection
+  bool switching = false;      // 101 to an upgrade the client asked for
+  bool keep = false;           // the client connection may serve another request
+  bool client_ok = true;       // every write to the client succeeded
+  bool up_ok = true;           // the upstream sent a whole response
+  bool answered = false;       // a step answered the client itself (an error, a refusal)
+
+  // Reads one piece of the request body into `io`; its size.
+  awaitable<Result<size_t>> ReadPiece() {
+    req.body().data = io.data();
+    req.body().size = io.size();
+    auto [ec, n] = co_await http::async_read_some(client, cbuf, parser, kTok);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) co_return Error(ErrorCode::kInvalidArgument, "request body: " + ec.message());
+    co_return io.size() - req.body().size;
+  }
+};
 
 template <class Up, class Client>
-awaitable<void> Proxy::Impl::HttpLoop(Client& client, beast::flat_buffer& cbuf,
-                                      const Origin& origin) {
+awaitable<std::optional<Authority>> HttpDriver::Serve(Client& client, beast::flat_buffer& cbuf,
+                                                      const Origin& origin) {
+  // A plain proxy-mode connection may ask to CONNECT; a tunnel or a transparent stream may not.
+  const bool may_connect = !origin.tls && !origin.transparent;
   UpstreamSlot<Up> up;
   for (;;) {
-    http::request_parser<http::buffer_body> parser;
+    RequestParser parser;
     parser.header_limit(kMaxHeaderBytes);
     parser.body_limit(boost::none);
     auto [ec, n] = co_await http::async_read_header(client, cbuf, parser, kTok);
@@ -28,64 +89,113 @@ awaitable<void> Proxy::Impl::HttpLoop(Client& client, beast::flat_buffer& cbuf,
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != ssl::error::stream_truncated && ec != asio::error::connection_reset &&
           ec != asio::error::operation_aborted) {
-        co_await WriteError(client, 400, "malformed request: " + ec.message(), rec);
+        co_await WriteError(client, 400, "malformed request: " + ec.message(), rec, config_);
       }
-      co_return;
+      co_return std::nullopt;
     }
     auto& req = parser.get();
     rec.method = std::string(req.method_string());
     rec.path = TracePath(std::string_view(req.target().data(), req.target().size()));
     if (Status st = ValidateRequestHead(req); !st.ok()) {
-      co_await WriteError(client, 400, st.error().message(), rec);
-      co_return;
+      co_await WriteError(client, 400, st.error().message(), rec, config_);
+      co_return std::nullopt;
     }
     if (req.method() == http::verb::connect) {
-      co_await WriteError(client, 400, "CONNECT inside a tunnel", rec);
-      co_return;
+      if (!may_connect) {
+        co_await WriteError(client, 400, "CONNECT inside a tunnel", rec, config_);
+        co_return std::nullopt;
+      }
+      auto target = ParseTarget("CONNECT", std::string_view(req.target().data(), req.target().size()));
+      if (!target.ok() || !parser.is_done()) {
+        co_await WriteError(client, 400, "CONNECT with a body", rec, config_);
+        co_return std::nullopt;
+      }
+      co_return target->authority;
     }
     bool keep = co_await Forward(client, cbuf, parser, origin, up);
-    if (!keep) co_return;
+    if (!keep) co_return std::nullopt;
   }
 }
 
 template <class Client>
-awaitable<bool> Proxy::Impl::Refused(Client& client, Exchange& ex, const Status& st) {
+awaitable<bool> HttpDriver::Refused(Client& client, Exchange& ex, const Status& st) {
   if (!ex.block.empty()) {
     ex.rec.blocked = true;
     for (const LeakFlag& l : ex.block) ex.rec.leaks.push_back(l);
-    Trip(ex);
+    trip_(ex);
     ex.rec.latency_ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - ex.start).count();
     co_await WriteError(client, 451, "a credential placeholder was sent to a host it does not "
                                      "belong to; the workspace is marked compromised",
-                        ex.rec);
+                        ex.rec, config_);
     co_return false;
   }
   int status = ex.reply_status ? ex.reply_status : 500;
   co_await WriteError(client, status, ex.reply_status ? ex.reply_reason : st.error().message(),
-                      ex.rec);
+                      ex.rec, config_);
   co_return false;
 }
 
 template <class Client, class Up>
-awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
-                                     http::request_parser<http::buffer_body>& parser,
-                                     const Origin& origin, UpstreamSlot<Up>& up) {
-  auto& req = parser.get();
-  Exchange ex(ctx_, origin, req);
+awaitable<bool> HttpDriver::Forward(Client& client, beast::flat_buffer& cbuf, RequestParser& parser,
+                                    const Origin& origin, UpstreamSlot<Up>& up) {
+  Turn<Client, Up> t(ctx_, origin, client, cbuf, parser, up);
+  Exchange& ex = t.ex;
   ex.rec.time_ms = NowMs();
-  ex.rec.method = std::string(req.method_string());
+  ex.rec.method = std::string(t.req.method_string());
   if (origin.transparent) ex.rec.mode = "transparent";
   ex.rec.source = origin.source;
-  ex.raw_target = std::string(req.target());
+  ex.raw_target = std::string(t.req.target());
   ex.rec.path = TracePath(ex.raw_target);
   ex.hold_limit = config_.body_hold_bytes;
   ex.had_body = parser.chunked() || (parser.content_length() && *parser.content_length() > 0);
 
-  // Head: routing, scope, detection, consent, substitution, normalisation, request filters.
+  if (!co_await DecideHead(t)) co_return false;
+  if (!co_await ReadHeldBody(t)) co_return false;
+  if (!co_await ConnectUpstream(t)) co_return false;
+  if (!co_await SendRequest(t)) co_return false;
+  if (!co_await ReceiveResponseHead(t)) co_return false;
+
+  const bool head_only = t.req.method() == http::verb::head;
+  if (ex.hold_response && !t.switching && !head_only) {
+    if (!co_await RelayHeldResponse(t)) co_return false;
+  } else if (t.rp->is_done()) {
+    auto& res = t.rp->get();
+    std::string empty;
+    if (Status st = chain_.OnResponseBody(ex, res, empty, true); !st.ok()) {
+      up.Reset();
+      co_return co_await Refused(client, ex, st);
+    }
+    http::serializer<false, http::buffer_body> rs{res};
+    res.body().data = nullptr;
+    res.body().size = 0;
+    res.body().more = false;
+    t.client_ok = co_await WriteSerialized(client, rs);
+  } else {
+    co_await RelayStreamedResponse(t);
+  }
+  ex.rec.latency_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ex.start).count();
+  Record(config_, ex.rec);
+  if (!t.up_ok || !t.upstream_keep) {
+    if (!t.switching) up.Reset();
+  }
+  if (!t.client_ok || !t.up_ok) co_return false;
+  if (t.switching) {
+    co_await PumpUpgraded(t);
+    up.Reset();
+    co_return false;
+  }
+  co_return t.keep;
+}
+
+// Head: routing, scope, detection, consent, substitution, normalisation, extension filters.
+template <class Client, class Up>
+awaitable<bool> HttpDriver::DecideHead(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
   for (;;) {
-    if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(client, ex, st);
-    if (!ex.consent_wait) break;
+    if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(t.client, ex, st);
+    if (!ex.consent_wait) co_return true;
     // A credential waits for a person's decision (consent_filter.h): wait on a timer the
     // decision cancels (AwaitDecision), so this loop keeps serving its other connections and an
     // open question costs no wakeups; the gate decides timeouts itself, and a hard cap here keeps
@@ -94,347 +204,341 @@ awaitable<bool> Proxy::Impl::Forward(Client& client, beast::flat_buffer& cbuf,
     while (!ex.consent_wait->Poll()) {
       if (std::chrono::steady_clock::now() >= cap) {
         ex.consent_wait.reset();
-        co_return co_await Refused(client, ex, ex.Refuse(403, "consent: no decision in 10 minutes"));
+        co_return co_await Refused(t.client, ex,
+                                   ex.Refuse(403, "consent: no decision in 10 minutes"));
       }
       if (!co_await AwaitDecision(*ex.consent_wait, cap)) co_return false;  // the proxy is stopping
     }
   }
-  if (ex.expect_continue && !parser.is_done()) {
+}
+
+// Body: hold up to hold_limit bytes before anything goes upstream, so a refused request sends
+// nothing; a longer body streams with a hold-back (StreamRequestBody).
+template <class Client, class Up>
+awaitable<bool> HttpDriver::ReadHeldBody(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
+  if (ex.expect_continue && !t.parser.is_done()) {
     static const std::string k100 = "HTTP/1.1 100 Continue\r\n\r\n";
-    auto [ec, n] = co_await asio::async_write(client, asio::buffer(k100), kTok);
+    auto [ec, n] = co_await asio::async_write(t.client, asio::buffer(k100), kTok);
     (void)ec;
     (void)n;
   }
-
-  // Body: hold up to hold_limit bytes before anything goes upstream, so a refused request sends
-  // nothing; a longer body streams with a hold-back (below).
-  std::string pending;
-  // The body buffer, uninitialised on purpose (a zeroed vector cost a 64 KiB memset per request)
-  // and freed with the request (an idle keep-alive connection holds none).
-  struct {
-    std::unique_ptr<char[]> p{new char[kIoBuffer]};
-    char* data() const { return p.get(); }
-    size_t size() const { return kIoBuffer; }
-  } io;
-  auto read_piece = [&]() -> awaitable<Result<size_t>> {
-    req.body().data = io.data();
-    req.body().size = io.size();
-    auto [ec, n] = co_await http::async_read_some(client, cbuf, parser, kTok);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) co_return Error(ErrorCode::kInvalidArgument, "request body: " + ec.message());
-    co_return io.size() - req.body().size;
-  };
-  while (!parser.is_done() && pending.size() < ex.hold_limit) {
-    auto got = co_await read_piece();
+  while (!t.parser.is_done() && t.pending.size() < ex.hold_limit) {
+    auto got = co_await t.ReadPiece();
     if (!got.ok()) {
-      vault::SecureWipe(pending);
-      co_await WriteError(client, 400, got.error().message(), ex.rec);
+      vault::SecureWipe(t.pending);
+      co_await WriteError(t.client, 400, got.error().message(), ex.rec, config_);
       co_return false;
     }
-    pending.append(io.data(), *got);
+    t.pending.append(t.io.data(), *got);
   }
-  bool complete = parser.is_done();
-  ex.body_whole = complete;
-  size_t held_raw = pending.size();
-  if (Status st = chain_.OnRequestBody(ex, pending, complete); !st.ok()) {
-    vault::SecureWipe(pending);
-    co_return co_await Refused(client, ex, st);
+  t.complete = t.parser.is_done();
+  ex.body_whole = t.complete;
+  size_t held_raw = t.pending.size();
+  if (Status st = chain_.OnRequestBody(ex, t.pending, t.complete); !st.ok()) {
+    vault::SecureWipe(t.pending);
+    co_return co_await Refused(t.client, ex, st);
   }
-  if (complete && ex.had_body) {
-    req.erase(http::field::transfer_encoding);
-    req.set(http::field::content_length, std::to_string(pending.size()));
+  if (t.complete && ex.had_body) {
+    t.req.erase(http::field::transfer_encoding);
+    t.req.set(http::field::content_length, std::to_string(t.pending.size()));
   }
-  ex.rec.bytes_up = complete ? pending.size() : held_raw;
+  ex.rec.bytes_up = t.complete ? t.pending.size() : held_raw;
+  co_return true;
+}
 
-  // Connect (or reuse) upstream.
-  std::string key = ex.target.HostPort();
-  if (!up.stream || up.key != key) {
-    up.Reset();
-    auto conn = co_await OpenUpstream(ex.target, static_cast<Up*>(nullptr));
-    if (!conn.ok()) {
-      vault::SecureWipe(pending);
-      co_await WriteError(client, 502, conn.error().message(), ex.rec);
-      co_return false;
-    }
-    up.stream = std::move(conn).value();
-    up.key = key;
-  }
-  Up& upstream = *up.stream;
-
-  // Send head + held body, then stream the rest with a hold-back.
-  http::serializer<true, http::buffer_body> sr{req};
-  req.body().data = pending.empty() ? nullptr : pending.data();
-  req.body().size = pending.size();
-  req.body().more = !complete;
-  auto write_all = [&]() -> awaitable<bool> {
-    for (;;) {
-      auto [ec, n] = co_await http::async_write(upstream, sr, kTok);
-      if (ec == http::error::need_buffer) co_return true;
-      if (ec) co_return false;
-      if (sr.is_done()) co_return true;
-    }
-  };
-  bool up_ok = true;
-  if (complete) {
-    up_ok = co_await write_all();
-  } else {
-    // SECURITY: the detector finds a placeholder split across pieces only when its last byte
-    // arrives; keeping this many bytes back means none of its bytes were written by then.
-    const size_t hold = ctx_.stream_hold_bytes;
-    std::string held = std::move(pending);
-    std::string out;
-    auto flush = [&](bool last) -> awaitable<bool> {
-      size_t n = last ? held.size() : (held.size() > hold ? held.size() - hold : 0);
-      out.assign(held, 0, n);
-      held.erase(0, n);
-      req.body().data = out.empty() ? nullptr : out.data();
-      req.body().size = out.size();
-      req.body().more = !last;
-      if (out.empty() && !last) co_return true;
-      co_return co_await write_all();
-    };
-    up_ok = co_await flush(false);
-    while (up_ok && !parser.is_done()) {
-      auto got = co_await read_piece();
-      if (!got.ok()) {
-        up.Reset();
-        vault::SecureWipe(held);
-        co_await WriteError(client, 400, got.error().message(), ex.rec);
-        co_return false;
-      }
-      std::string piece(io.data(), *got);
-      if (Status st = chain_.OnRequestBody(ex, piece, parser.is_done()); !st.ok()) {
-        up.Reset();  // SECURITY: the held bytes (with the placeholder) are never written
-        vault::SecureWipe(held);
-        vault::SecureWipe(piece);
-        co_return co_await Refused(client, ex, st);
-      }
-      ex.rec.bytes_up += *got;
-      held.append(piece);
-      vault::SecureWipe(piece);
-      up_ok = co_await flush(false);
-    }
-    if (up_ok) up_ok = co_await flush(true);
-    vault::SecureWipe(out);
-    vault::SecureWipe(held);
-  }
-  vault::SecureWipe(pending);
-  if (!up_ok) {
-    up.Reset();
-    co_await WriteError(client, 502, "upstream closed while sending the request", ex.rec);
+// Connect (or reuse) upstream.
+template <class Client, class Up>
+awaitable<bool> HttpDriver::ConnectUpstream(Turn<Client, Up>& t) {
+  std::string key = t.ex.target.HostPort();
+  if (t.up.stream && t.up.key == key) co_return true;
+  t.up.Reset();
+  auto conn = co_await upstreams_.Open(t.ex.target, static_cast<Up*>(nullptr));
+  if (!conn.ok()) {
+    vault::SecureWipe(t.pending);
+    co_await WriteError(t.client, 502, conn.error().message(), t.ex.rec, config_);
     co_return false;
   }
+  t.up.stream = std::move(conn).value();
+  t.up.key = key;
+  co_return true;
+}
 
-  // Response: header, then body pieces as they arrive (SSE stays incremental).
-  std::optional<http::response_parser<http::buffer_body>> rp;
-  for (;;) {
-    rp.emplace();
-    rp->header_limit(kMaxHeaderBytes);
-    rp->body_limit(boost::none);
-    if (req.method() == http::verb::head) rp->skip(true);
-    auto [ec, n] = co_await http::async_read_header(upstream, up.buf, *rp, kTok);
-    if (ec) {
-      up.Reset();
-      co_await WriteError(client, 502, "upstream response: " + ec.message(), ex.rec);
+// Send head + held body, then stream the rest with a hold-back.
+template <class Client, class Up>
+awaitable<bool> HttpDriver::SendRequest(Turn<Client, Up>& t) {
+  bool up_ok = true;
+  if (t.complete) {
+    http::serializer<true, http::buffer_body> sr{t.req};
+    t.req.body().data = t.pending.empty() ? nullptr : t.pending.data();
+    t.req.body().size = t.pending.size();
+    t.req.body().more = false;
+    up_ok = co_await WriteSerialized(*t.up.stream, sr);
+  } else {
+    up_ok = co_await StreamRequestBody(t);
+    if (t.answered) co_return false;  // a bad piece (400) or a refusal
+  }
+  vault::SecureWipe(t.pending);
+  if (!up_ok) {
+    t.up.Reset();
+    co_await WriteError(t.client, 502, "upstream closed while sending the request", t.ex.rec,
+                        config_);
+    co_return false;
+  }
+  co_return true;
+}
+
+// A body longer than the hold limit: the held bytes, then each piece as it arrives, always keeping
+// back the last stream_hold_bytes until the next piece was scanned. Returns whether the upstream
+// took all of it; t.answered when it answered the client itself.
+template <class Client, class Up>
+awaitable<bool> HttpDriver::StreamRequestBody(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
+  Up& upstream = *t.up.stream;
+  http::serializer<true, http::buffer_body> sr{t.req};
+  // SECURITY: the detector finds a placeholder split across pieces only when its last byte
+  // arrives; keeping this many bytes back means none of its bytes were written by then.
+  const size_t hold = ctx_.stream_hold_bytes;
+  std::string held = std::move(t.pending);
+  std::string out;
+  auto flush = [&](bool last) -> awaitable<bool> {
+    size_t n = last ? held.size() : (held.size() > hold ? held.size() - hold : 0);
+    out.assign(held, 0, n);
+    held.erase(0, n);
+    t.req.body().data = out.empty() ? nullptr : out.data();
+    t.req.body().size = out.size();
+    t.req.body().more = !last;
+    if (out.empty() && !last) co_return true;
+    co_return co_await WriteSerialized(upstream, sr);
+  };
+  bool up_ok = co_await flush(false);
+  while (up_ok && !t.parser.is_done()) {
+    auto got = co_await t.ReadPiece();
+    if (!got.ok()) {
+      t.up.Reset();
+      vault::SecureWipe(held);
+      co_await WriteError(t.client, 400, got.error().message(), ex.rec, config_);
+      t.answered = true;
       co_return false;
     }
-    unsigned code = rp->get().result_int();
+    std::string piece(t.io.data(), *got);
+    if (Status st = chain_.OnRequestBody(ex, piece, t.parser.is_done()); !st.ok()) {
+      t.up.Reset();  // SECURITY: the held bytes (with the placeholder) are never written
+      vault::SecureWipe(held);
+      vault::SecureWipe(piece);
+      co_await Refused(t.client, ex, st);
+      t.answered = true;
+      co_return false;
+    }
+    ex.rec.bytes_up += *got;
+    held.append(piece);
+    vault::SecureWipe(piece);
+    up_ok = co_await flush(false);
+  }
+  if (up_ok) up_ok = co_await flush(true);
+  vault::SecureWipe(out);
+  vault::SecureWipe(held);
+  co_return up_ok;
+}
+
+// Response: the head (1xx informational ones dropped), then the chain's view of it.
+template <class Client, class Up>
+awaitable<bool> HttpDriver::ReceiveResponseHead(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
+  for (;;) {
+    t.rp.emplace();
+    t.rp->header_limit(kMaxHeaderBytes);
+    t.rp->body_limit(boost::none);
+    if (t.req.method() == http::verb::head) t.rp->skip(true);
+    auto [ec, n] = co_await http::async_read_header(*t.up.stream, t.up.buf, *t.rp, kTok);
+    if (ec) {
+      t.up.Reset();
+      co_await WriteError(t.client, 502, "upstream response: " + ec.message(), ex.rec, config_);
+      co_return false;
+    }
+    unsigned code = t.rp->get().result_int();
     if (code >= 100 && code < 200 && code != 101) continue;  // 1xx informational: dropped
     break;
   }
-  auto& res = rp->get();
+  auto& res = t.rp->get();
   ex.rec.status = static_cast<int>(res.result_int());
-  bool switching = res.result_int() == 101 && ex.upgrade;
-  bool upstream_keep = res.keep_alive() && !rp->need_eof();
+  t.switching = res.result_int() == 101 && ex.upgrade;
+  t.upstream_keep = res.keep_alive() && !t.rp->need_eof();
   if (Status st = chain_.OnResponseHead(ex, res); !st.ok()) {
-    up.Reset();  // the response body is never read: the connection cannot be reused
-    co_return co_await Refused(client, ex, st);
+    t.up.Reset();  // the response body is never read: the connection cannot be reused
+    co_return co_await Refused(t.client, ex, st);
   }
-  bool keep = ex.client_keep_alive && upstream_keep && !switching;
-  if (!switching) res.keep_alive(keep);
+  t.keep = ex.client_keep_alive && t.upstream_keep && !t.switching;
+  if (!t.switching) res.keep_alive(t.keep);
   res.version(11);
+  co_return true;
+}
 
+// A filter must see the whole body before the guest sees any of it (filter.h).
+template <class Client, class Up>
+awaitable<bool> HttpDriver::RelayHeldResponse(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
+  auto& rp = *t.rp;
+  auto& res = rp.get();
+  std::string body;
+  while (!rp.is_done()) {
+    res.body().data = t.io.data();
+    res.body().size = t.io.size();
+    auto [ec, n] = co_await http::async_read_some(*t.up.stream, t.up.buf, rp, kTok);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      t.up.Reset();
+      vault::SecureWipe(body);
+      co_await WriteError(t.client, 502, "upstream response: " + ec.message(), ex.rec, config_);
+      co_return false;
+    }
+    size_t got = t.io.size() - res.body().size;
+    ex.rec.bytes_down += got;
+    body.append(t.io.data(), got);
+    if (body.size() > ex.response_hold_max) {
+      t.up.Reset();
+      vault::SecureWipe(body);
+      co_await WriteError(t.client, 502,
+                          "upstream response body is longer than " +
+                              std::to_string(ex.response_hold_max) +
+                              " bytes, the most a filter that must see it whole holds",
+                          ex.rec, config_);
+      co_return false;
+    }
+  }
+  if (Status st = chain_.OnResponseBody(ex, res, body, true); !st.ok()) {
+    t.up.Reset();
+    vault::SecureWipe(body);
+    co_return co_await Refused(t.client, ex, st);
+  }
+  res.erase(http::field::transfer_encoding);
+  res.set(http::field::content_length, std::to_string(body.size()));
+  http::serializer<false, http::buffer_body> whole{res};
+  res.body().data = body.empty() ? nullptr : body.data();
+  res.body().size = body.size();
+  res.body().more = false;
+  for (;;) {
+    auto [ec, n] = co_await http::async_write(t.client, whole, kTok);
+    if (ec) {
+      t.client_ok = false;
+      break;
+    }
+    if (whole.is_done()) break;
+  }
+  vault::SecureWipe(body);
+  co_return true;
+}
+
+// Header, then body pieces as they arrive (SSE stays incremental).
+template <class Client, class Up>
+awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
+  Exchange& ex = t.ex;
+  auto& rp = *t.rp;
+  auto& res = rp.get();
+  Up& upstream = *t.up.stream;
   http::serializer<false, http::buffer_body> rs{res};
   res.body().data = nullptr;
   res.body().size = 0;
-  res.body().more = !rp->is_done();
-  bool client_ok = true;
-  auto write_res = [&]() -> awaitable<bool> {
-    for (;;) {
-      auto [ec, n] = co_await http::async_write(client, rs, kTok);
-      if (ec == http::error::need_buffer) co_return true;
-      if (ec) co_return false;
-      if (rs.is_done()) co_return true;
-    }
-  };
-  if (ex.hold_response && !switching && req.method() != http::verb::head) {
-    // A filter must see the whole body before the guest sees any of it (filter.h).
-    std::string body;
-    while (!rp->is_done()) {
-      res.body().data = io.data();
-      res.body().size = io.size();
-      auto [ec, n] = co_await http::async_read_some(upstream, up.buf, *rp, kTok);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        up.Reset();
-        vault::SecureWipe(body);
-        co_await WriteError(client, 502, "upstream response: " + ec.message(), ex.rec);
-        co_return false;
-      }
-      size_t got = io.size() - res.body().size;
-      ex.rec.bytes_down += got;
-      body.append(io.data(), got);
-      if (body.size() > ex.response_hold_max) {
-        up.Reset();
-        vault::SecureWipe(body);
-        co_await WriteError(client, 502,
-                            "upstream response body is longer than " +
-                                std::to_string(ex.response_hold_max) +
-                                " bytes, the most a filter that must see it whole holds",
-                            ex.rec);
-        co_return false;
-      }
-    }
-    if (Status st = chain_.OnResponseBody(ex, res, body, true); !st.ok()) {
-      up.Reset();
-      vault::SecureWipe(body);
-      co_return co_await Refused(client, ex, st);
-    }
-    res.erase(http::field::transfer_encoding);
-    res.set(http::field::content_length, std::to_string(body.size()));
-    http::serializer<false, http::buffer_body> whole{res};
-    res.body().data = body.empty() ? nullptr : body.data();
-    res.body().size = body.size();
-    res.body().more = false;
-    for (;;) {
-      auto [ec, n] = co_await http::async_write(client, whole, kTok);
-      if (ec) {
-        client_ok = false;
-        break;
-      }
-      if (whole.is_done()) break;
-    }
-    vault::SecureWipe(body);
-  } else if (rp->is_done()) {
-    std::string empty;
-    if (Status st = chain_.OnResponseBody(ex, res, empty, true); !st.ok()) {
-      up.Reset();
-      co_return co_await Refused(client, ex, st);
-    }
-    client_ok = co_await write_res();
-  } else {
-    auto [hec, hn] = co_await http::async_write_header(client, rs, kTok);
-    client_ok = !hec;
-    std::string piece;
-    // A Content-Length body is read from the stream straight into `piece` (what the header read
-    // left in up.buf first), never past its end: Beast's parser would read into up.buf and copy
-    // every byte out again. Chunked (and read-to-close) bodies go through the parser.
-    const bool by_length = !rp->chunked() && rp->content_length().has_value();
-    if (by_length) {
-      uint64_t left = *rp->content_length();
-      while (client_ok && left > 0) {
-        piece.resize(static_cast<size_t>(std::min<uint64_t>(left, kIoBuffer)));
-        size_t got = 0;
-        if (up.buf.size() > 0) {
-          got = asio::buffer_copy(asio::buffer(piece), up.buf.data());
-          up.buf.consume(got);
-        } else {
-          auto [ec, n] = co_await upstream.async_read_some(asio::buffer(piece), kTok);
-          if (ec || n == 0) {
-            up_ok = false;  // the head is out: all that is left is to cut the response short
-            break;
-          }
-          got = n;
-        }
-        piece.resize(got);
-        left -= got;
-        ex.rec.bytes_down += got;
-        if (Status st = chain_.OnResponseBody(ex, res, piece, left == 0); !st.ok()) {
-          up_ok = false;
+  res.body().more = true;
+  auto [hec, hn] = co_await http::async_write_header(t.client, rs, kTok);
+  t.client_ok = !hec;
+  std::string piece;
+  // A Content-Length body is read from the stream straight into `piece` (what the header read
+  // left in up.buf first), never past its end: Beast's parser would read into up.buf and copy
+  // every byte out again. Chunked (and read-to-close) bodies go through the parser.
+  const bool by_length = !rp.chunked() && rp.content_length().has_value();
+  if (by_length) {
+    uint64_t left = *rp.content_length();
+    while (t.client_ok && left > 0) {
+      piece.resize(static_cast<size_t>(std::min<uint64_t>(left, kIoBuffer)));
+      size_t got = 0;
+      if (t.up.buf.size() > 0) {
+        got = asio::buffer_copy(asio::buffer(piece), t.up.buf.data());
+        t.up.buf.consume(got);
+      } else {
+        auto [ec, n] = co_await upstream.async_read_some(asio::buffer(piece), kTok);
+        if (ec || n == 0) {
+          t.up_ok = false;  // the head is out: all that is left is to cut the response short
           break;
         }
-        res.body().data = piece.empty() ? nullptr : piece.data();
-        res.body().size = piece.size();
-        if (piece.empty() && left > 0) continue;
-        res.body().more = left > 0;
-        client_ok = co_await write_res();
+        got = n;
       }
-    }
-    while (!by_length && client_ok && !rp->is_done()) {
-      // Chunked or read-to-close: the parser writes the body into `piece`, the string the filters
-      // get; the resize zero-fills only what the last piece left unused.
-      piece.resize(kIoBuffer);
-      res.body().data = piece.data();
-      res.body().size = piece.size();
-      auto [ec, n] = co_await http::async_read_some(upstream, up.buf, *rp, kTok);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        up_ok = false;
-        break;
-      }
-      size_t got = piece.size() - res.body().size;
       piece.resize(got);
+      left -= got;
       ex.rec.bytes_down += got;
-      if (got == 0 && !rp->is_done()) continue;
-      if (Status st = chain_.OnResponseBody(ex, res, piece, rp->is_done()); !st.ok()) {
-        up_ok = false;  // the head is out: all that is left is to cut the response short
+      if (Status st = chain_.OnResponseBody(ex, res, piece, left == 0); !st.ok()) {
+        t.up_ok = false;
         break;
       }
       res.body().data = piece.empty() ? nullptr : piece.data();
       res.body().size = piece.size();
-      if (piece.empty() && !rp->is_done()) continue;
-      res.body().more = !rp->is_done();
-      client_ok = co_await write_res();
+      if (piece.empty() && left > 0) continue;
+      res.body().more = left > 0;
+      t.client_ok = co_await WriteSerialized(t.client, rs);
     }
-    piece.resize(piece.capacity());  // all of it: an unredacted piece may have been longer
-    vault::SecureWipe(piece);
   }
-  ex.rec.latency_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ex.start).count();
-  Record(ex.rec);
-  if (!up_ok || !upstream_keep) {
-    if (!switching) up.Reset();
-  }
-  if (!client_ok || !up_ok) co_return false;
-
-  if (switching) {
-    // WebSocket (or other upgrade): raw bytes both ways until either side closes.
-    // (Not scanned: see docs/threat-model.md.)
-    using namespace asio::experimental::awaitable_operators;
-    if (cbuf.size() > 0) {
-      auto [ec, n] = co_await asio::async_write(upstream, cbuf.data(), kTok);
-      if (ec) co_return false;
-      cbuf.consume(cbuf.size());
+  while (!by_length && t.client_ok && !rp.is_done()) {
+    // Chunked or read-to-close: the parser writes the body into `piece`, the string the filters
+    // get; the resize zero-fills only what the last piece left unused.
+    piece.resize(kIoBuffer);
+    res.body().data = piece.data();
+    res.body().size = piece.size();
+    auto [ec, n] = co_await http::async_read_some(upstream, t.up.buf, rp, kTok);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      t.up_ok = false;
+      break;
     }
-    if (up.buf.size() > 0) {
-      auto [ec, n] = co_await asio::async_write(client, up.buf.data(), kTok);
-      if (ec) co_return false;
-      up.buf.consume(up.buf.size());
+    size_t got = piece.size() - res.body().size;
+    piece.resize(got);
+    ex.rec.bytes_down += got;
+    if (got == 0 && !rp.is_done()) continue;
+    if (Status st = chain_.OnResponseBody(ex, res, piece, rp.is_done()); !st.ok()) {
+      t.up_ok = false;  // the head is out: all that is left is to cut the response short
+      break;
     }
-    auto pump = [](auto& from, auto& to) -> awaitable<void> {
-      std::vector<char> buf(kIoBuffer);
-      for (;;) {
-        auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
-        if (ec) co_return;
-        auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
-        if (wec) co_return;
-      }
-    };
-    co_await (pump(client, upstream) || pump(upstream, client));
-    up.Reset();
-    co_return false;
+    res.body().data = piece.empty() ? nullptr : piece.data();
+    res.body().size = piece.size();
+    if (piece.empty() && !rp.is_done()) continue;
+    res.body().more = !rp.is_done();
+    t.client_ok = co_await WriteSerialized(t.client, rs);
   }
-  co_return keep;
+  piece.resize(piece.capacity());  // all of it: an unredacted piece may have been longer
+  vault::SecureWipe(piece);
 }
 
-// The instantiations the sessions use (proxy.cc, tls_intercept.cc, tunnel.cc).
-template awaitable<void> Proxy::Impl::HttpLoop<TlsStream, ClientTls>(ClientTls&, beast::flat_buffer&,
-                                                                     const Origin&);
-template awaitable<void> Proxy::Impl::HttpLoop<TcpSocket, GenericSocket>(GenericSocket&,
-                                                                         beast::flat_buffer&,
-                                                                         const Origin&);
-template awaitable<bool> Proxy::Impl::Forward<GenericSocket, TcpSocket>(
-    GenericSocket&, beast::flat_buffer&, http::request_parser<http::buffer_body>&, const Origin&,
-    UpstreamSlot<TcpSocket>&);
+// WebSocket (or another upgrade): raw bytes both ways until either side closes.
+template <class Client, class Up>
+awaitable<void> HttpDriver::PumpUpgraded(Turn<Client, Up>& t) {
+  using namespace asio::experimental::awaitable_operators;
+  Up& upstream = *t.up.stream;
+  if (t.cbuf.size() > 0) {
+    auto [ec, n] = co_await asio::async_write(upstream, t.cbuf.data(), kTok);
+    if (ec) co_return;
+    t.cbuf.consume(t.cbuf.size());
+  }
+  if (t.up.buf.size() > 0) {
+    auto [ec, n] = co_await asio::async_write(t.client, t.up.buf.data(), kTok);
+    if (ec) co_return;
+    t.up.buf.consume(t.up.buf.size());
+  }
+  auto pump = [](auto& from, auto& to) -> awaitable<void> {
+    std::vector<char> buf(kIoBuffer);
+    for (;;) {
+      auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), kTok);
+      if (ec) co_return;
+      auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.data(), n), kTok);
+      if (wec) co_return;
+    }
+  };
+  co_await (pump(t.client, upstream) || pump(upstream, t.client));
+}
+
+// The instantiations the sessions use (session.cc): a TLS-intercepted connection, and a plain
+// one (proxy mode, or a transparent stream that speaks HTTP).
+template awaitable<std::optional<Authority>> HttpDriver::Serve<TlsStream, ClientTls>(
+    ClientTls&, beast::flat_buffer&, const Origin&);
+template awaitable<std::optional<Authority>> HttpDriver::Serve<TcpSocket, GenericSocket>(
+    GenericSocket&, beast::flat_buffer&, const Origin&);
 
 }  // namespace cloister::proxy

@@ -5,7 +5,7 @@
 // SECURITY: fails closed on a response it cannot inspect.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

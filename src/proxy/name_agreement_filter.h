@@ -7,7 +7,7 @@
 // SECURITY: compares guest-chosen names; fails closed.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

@@ -1,6 +1,5 @@
 #include "proxy/proxy.h"
 
-#include <openssl/ssl.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,29 +25,8 @@ Status Proxy::Impl::Init() {
   // any encoding the detector knows, so no byte of one leaves before the detector saw all of it.
   ctx_.stream_hold_bytes = std::max<size_t>(256, placeholders_->MaxWireLength());
 
-  SSL_CTX* sctx = server_ctx_.native_handle();
-  SSL_CTX_set_min_proto_version(sctx, TLS1_2_VERSION);
-  SSL_CTX_set_cert_cb(sctx, &Impl::CertCallback, this);
-  SSL_CTX_set_alpn_select_cb(sctx, &Impl::AlpnSelect, nullptr);
-  SSL_CTX_set_session_cache_mode(sctx, SSL_SESS_CACHE_SERVER);
-  SSL_CTX_set_session_id_context(sctx, reinterpret_cast<const unsigned char*>("cloister"), 8);
-
-  SSL_CTX* cctx = client_ctx_.native_handle();
-  SSL_CTX_set_min_proto_version(cctx, TLS1_2_VERSION);
-  error_code ec;
-  client_ctx_.set_verify_mode(ssl::verify_peer, ec);
-  if (!config_.upstream_ca_file.empty()) {
-    client_ctx_.load_verify_file(config_.upstream_ca_file, ec);
-    if (ec) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "cannot load upstream CA file " + config_.upstream_ca_file + ": " + ec.message());
-    }
-  } else {
-    client_ctx_.set_default_verify_paths(ec);
-    if (ec) return Error(ErrorCode::kUnavailable, "no system trust store: " + ec.message());
-  }
-  static const unsigned char kAlpn[] = "\x08http/1.1";
-  SSL_CTX_set_alpn_protos(cctx, kAlpn, sizeof kAlpn - 1);
+  RETURN_IF_ERROR(interceptor_.Init(config_.ca));
+  RETURN_IF_ERROR(upstreams_.Init());
 
   int n = std::max(1, config_.threads);
   for (int i = 0; i < n; ++i) {
@@ -138,53 +116,6 @@ void Proxy::Impl::Trip(const Exchange& ex) {
   if (!config_.on_compromise) return;
   for (const LeakFlag& l : ex.block) {
     config_.on_compromise({config_.workspace, l.credential, ex.target.host, l.where, l.encoding});
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Proxy mode: requests are read here so a CONNECT can take the socket over (tunnel.cc).
-
-awaitable<void> Proxy::Impl::Session(GenericSocket sock, std::string source) {
-  beast::flat_buffer cbuf;
-  cbuf.reserve(kIoBuffer);  // read size = capacity (see UpstreamSlot)
-  Origin plain;
-  plain.source = source;
-  UpstreamSlot<TcpSocket> up;
-  // Requests are read here so a CONNECT can take the socket over.
-  for (;;) {
-    http::request_parser<http::buffer_body> parser;
-    parser.header_limit(kMaxHeaderBytes);
-    parser.body_limit(boost::none);
-    auto [ec, n] = co_await http::async_read_header(sock, cbuf, parser, kTok);
-    TraceRecord rec;
-    rec.time_ms = NowMs();
-    rec.source = source;
-    if (ec) {
-      if (ec != http::error::end_of_stream && ec != asio::error::eof &&
-          ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
-        co_await WriteError(sock, 400, "malformed request: " + ec.message(), rec);
-      }
-      co_return;
-    }
-    auto& req = parser.get();
-    rec.method = std::string(req.method_string());
-    rec.path = TracePath(std::string_view(req.target().data(), req.target().size()));
-    if (Status st = ValidateRequestHead(req); !st.ok()) {
-      co_await WriteError(sock, 400, st.error().message(), rec);
-      co_return;
-    }
-    if (req.method() == http::verb::connect) {
-      auto target = ParseTarget("CONNECT", std::string_view(req.target().data(), req.target().size()));
-      if (!target.ok() || !parser.is_done()) {
-        co_await WriteError(sock, 400, "CONNECT with a body", rec);
-        co_return;
-      }
-      co_await HandleConnect(std::move(sock), cbuf, target->authority, source);
-      co_return;
-    }
-    // Plain HTTP proxying.
-    bool keep = co_await Forward(sock, cbuf, parser, plain, up);
-    if (!keep) co_return;
   }
 }
 

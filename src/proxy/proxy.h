@@ -66,7 +66,7 @@
 
 #include "base/result.h"
 #include "proxy/ca.h"
-#include "proxy/filter.h"
+#include "proxy/extension_filter.h"
 #include "proxy/policy.h"
 #include "proxy/trace.h"
 #include "vault/vault.h"
@@ -102,8 +102,9 @@ struct ProxyConfig {
   // Ask-before-use consent (consent_filter.h): who decides whether a credential with an ask
   // policy may be used. Null: every use of such a credential is refused (fail closed).
   std::shared_ptr<ConsentGate> consent;
-  // Request filters (aws re-signing), in order. See filter.h.
-  std::vector<std::shared_ptr<RequestFilter>> filters;
+  // Filters other modules plug into the chain (aws/ re-signing and custody, oauth/ logins), in
+  // order. See extension_filter.h.
+  std::vector<std::shared_ptr<ExtensionFilter>> extension_filters;
   // Opaque CONNECT tunnels: a CONNECT to a port listed here toward a host in `tunnel_hosts`
   // (exact or subdomain, as credential scopes) is spliced byte for byte to the upstream, neither
   // intercepted nor scanned (SSH on port 22 for git and ssh; see docs/threat-model.md). Any other

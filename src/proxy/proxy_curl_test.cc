@@ -202,15 +202,15 @@ TEST_F(CurlTest, ANameThatResolvesToLoopbackIsNeverConnected) {
   EXPECT_NE(refusals.find("resolves to a loopback"), std::string::npos) << refusals;
 }
 
-class TestFilter : public RequestFilter {
+class TestFilter : public ExtensionFilter {
  public:
   explicit TestFilter(std::string mode) : mode_(std::move(mode)) {}
-  Result<FilterVerdict> OnRequestHead(RequestHead& head) override {
-    if (head.host != "api.anthropic.com") return FilterVerdict{};
+  Result<ExtensionVerdict> OnRequestHead(RequestHead& head) override {
+    if (head.host != "api.anthropic.com") return ExtensionVerdict{};
     if (mode_ == "deny") return Error(ErrorCode::kPermissionDenied, "signature mismatch");
     if (mode_ == "trip") return Error(ErrorCode::kCompromised, "token replayed elsewhere");
     head.headers.push_back({"X-Signed", "yes:" + head.method + ":" + head.target});
-    FilterVerdict v;
+    ExtensionVerdict v;
     v.handled = true;
     v.need_full_body = mode_ == "full";
     v.max_body = 1 << 20;
@@ -239,7 +239,7 @@ TEST_F(CurlTest, RequestFiltersRewriteHeadAndBody) {
     ProxyEnv env;
     auto up = FakeUpstream::Start(env.upstream_ca, Hello());
     ASSERT_TRUE(up.ok());
-    env.filters = {std::make_shared<TestFilter>(mode)};
+    env.extension_filters = {std::make_shared<TestFilter>(mode)};
     env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
     CurlResult r = Curl(env, {"-d", "abc", "https://api.anthropic.com/v1?x=1"});
     EXPECT_EQ(r.code, 200) << r.err;
@@ -255,7 +255,7 @@ TEST_F(CurlTest, RequestFilterErrorsRefuseOrTrip) {
   {
     ProxyEnv env;
     auto up = FakeUpstream::Start(env.upstream_ca, Hello());
-    env.filters = {std::make_shared<TestFilter>("deny")};
+    env.extension_filters = {std::make_shared<TestFilter>("deny")};
     env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
     EXPECT_EQ(Curl(env, {"https://api.anthropic.com/v1"}).code, 403);
     EXPECT_TRUE((*up)->requests().empty());
@@ -264,7 +264,7 @@ TEST_F(CurlTest, RequestFilterErrorsRefuseOrTrip) {
   {
     ProxyEnv env;
     auto up = FakeUpstream::Start(env.upstream_ca, Hello());
-    env.filters = {std::make_shared<TestFilter>("trip")};
+    env.extension_filters = {std::make_shared<TestFilter>("trip")};
     env.StartProxy({{"api.anthropic.com:443", (*up)->Address()}});
     EXPECT_EQ(Curl(env, {"https://api.anthropic.com/v1"}).code, 451);
     EXPECT_TRUE((*up)->requests().empty());
@@ -370,10 +370,10 @@ TEST_F(CurlTest, EncodedResponseToARequestWithARealValueIs502) {
 // The ResponseTransform seam (filter.h) with a fake transform: identity upstream, 502 on an encoded
 // response, the whole body held (up to max_body, 502 past it), OnBody's result replaces it with a
 // recomputed Content-Length, and an error from OnHead or OnBody is 502 with its message.
-class FakeResponseFilter : public RequestFilter {
+class FakeResponseFilter : public ExtensionFilter {
  public:
-  Result<FilterVerdict> OnRequestHead(RequestHead& head) override {
-    if (head.host != "api.anthropic.com") return FilterVerdict{};
+  Result<ExtensionVerdict> OnRequestHead(RequestHead& head) override {
+    if (head.host != "api.anthropic.com") return ExtensionVerdict{};
     struct Transform : ResponseTransform {
       Result<ResponseHold> OnHead(ResponseHead& h) override {
         for (const auto& [k, v] : h.headers) {
@@ -390,7 +390,7 @@ class FakeResponseFilter : public RequestFilter {
         return "[" + body + "]" + std::string(10, '+');
       }
     };
-    FilterVerdict v;
+    ExtensionVerdict v;
     v.handled = true;
     v.response = std::make_unique<Transform>();
     return v;
@@ -419,7 +419,7 @@ TEST_F(CurlTest, ResponseTransformSeesAndReplacesTheWholeBody) {
   });
   ASSERT_TRUE(up.ok());
   upstream_ = std::move(up).value();
-  env_.filters = {std::make_shared<FakeResponseFilter>()};
+  env_.extension_filters = {std::make_shared<FakeResponseFilter>()};
   StartProxyFor({"api.anthropic.com"});
   const std::string base = "https://api.anthropic.com";
   CurlResult ok = Curl(env_, {"-i", "--compressed", base + "/ok"});

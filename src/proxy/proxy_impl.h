@@ -1,18 +1,15 @@
-// Internal to the proxy: the Proxy::Impl class, shared by the files that implement it.
-//   proxy.cc          setup, accept loops (Serve, ListenLoopback), proxy-mode sessions, Stop
-//   tls_intercept.cc  terminating the client's TLS (leaf certificates, ALPN, SNI checks)
-//   tunnel.cc         CONNECT handling, opaque tunnels (splice), transparent-mode sessions
-//   http_driver.cc    the HTTP request loop and the driver that runs the filter chain (chain.h)
-//   upstream.cc       upstream connections (DNS, address filter, TLS verification)
+// Internal to the proxy: the Proxy::Impl class. Its methods live in two files:
+//   proxy.cc    setup, the event loops, accepting connections (Serve, ListenLoopback), Stop
+//   session.cc  one client connection from its first byte: proxy mode (a request loop that may
+//               CONNECT), CONNECT tunnels (TLS interception or an opaque splice), transparent mode
+// and it composes the parts that have their own classes and headers:
+//   tls_intercept.h  TlsInterceptor: terminating the client's TLS (leaf certificates, ALPN, SNI)
+//   http_driver.h    HttpDriver: the request loop and each exchange through the chain (chain.h)
+//   upstream.h       UpstreamConnector: upstream connections (DNS, address filter, TLS)
 // Threading: see proxy.h (one single-threaded event loop per thread; a connection stays on one).
 #pragma once
 
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,55 +19,22 @@
 #include "proxy/chain.h"
 #include "proxy/detector.h"
 #include "proxy/exchange.h"
+#include "proxy/http_driver.h"
 #include "proxy/http_head.h"
+#include "proxy/net.h"
 #include "proxy/proxy.h"
-#include "proxy/tls_stream.h"
+#include "proxy/tls_intercept.h"
+#include "proxy/upstream.h"
 
 namespace cloister::proxy {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace ssl = asio::ssl;
-using asio::awaitable;
-using boost::system::error_code;
-using GenericSocket = asio::generic::stream_protocol::socket;
-using TcpSocket = asio::ip::tcp::socket;
-// Both TLS legs: batched reads and writes (tls_stream.h), not asio::ssl::stream.
-using TlsStream = BatchedTlsStream<TcpSocket>;
-using ClientTls = BatchedTlsStream<GenericSocket>;
-inline constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
-inline constexpr size_t kIoBuffer = 64 * 1024;
-
-inline int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// One upstream connection, reused for keep-alive while the target stays the same.
-template <class S>
-struct UpstreamSlot {
-  UpstreamSlot() { buf.reserve(kIoBuffer); }
-  std::unique_ptr<S> stream;
-  std::string key;  // "host:port"
-  // Beast reads at most capacity - size bytes (but at least 512) per read: without the reserve a
-  // small buffer made every read, and so every TLS record we sent on, about 512 bytes long.
-  beast::flat_buffer buf;
-  void Reset() {
-    stream.reset();
-    key.clear();
-    buf.clear();
-  }
-};
 
 class Proxy::Impl {
  public:
   explicit Impl(ProxyConfig config)
       : config_(std::move(config)),
-        server_ctx_(ssl::context::tls_server),
-        client_ctx_(ssl::context::tls_client),
-        chain_(DefaultChain()) {}
+        chain_(DefaultChain()),
+        upstreams_(config_),
+        driver_(config_, ctx_, chain_, upstreams_, [this](const Exchange& ex) { Trip(ex); }) {}
 
   ~Impl() { Stop(); }
 
@@ -81,10 +45,9 @@ class Proxy::Impl {
   bool compromised() const { return tripped_.load(); }
 
  private:
+  // session.cc
   awaitable<void> Session(GenericSocket sock, std::string source);
   awaitable<void> TransparentSession(GenericSocket sock, std::string source);
-  template <class Up, class Client>
-  awaitable<void> HttpLoop(Client& client, beast::flat_buffer& cbuf, const Origin& origin);
   awaitable<void> HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf, Authority authority,
                                 std::string source);
   // The client's bytes in `cbuf` start a TLS handshake: terminate it and serve HTTP inside.
@@ -97,39 +60,18 @@ class Proxy::Impl {
   awaitable<bool> ReadWithin(GenericSocket& sock, beast::flat_buffer& buf, size_t max, int ms);
   bool OpaqueAllowed(const Authority& a) const;
   bool Allowed(const Authority& a) const { return config_.egress_policy.Allows(a.host, a.port); }
-  // Relays one request and its response through the chain. Returns whether the client connection
-  // may be reused.
-  template <class Client, class Up>
-  awaitable<bool> Forward(Client& client, beast::flat_buffer& cbuf,
-                          http::request_parser<http::buffer_body>& parser, const Origin& origin,
-                          UpstreamSlot<Up>& up);
-  // A chain refusal: 451 and a trip when the exchange holds out-of-scope hits, else the
-  // exchange's reply status. Always false (the connection closes).
-  template <class Client>
-  awaitable<bool> Refused(Client& client, Exchange& ex, const Status& st);
-  template <class Client>
-  awaitable<void> WriteError(Client& client, int status, const std::string& reason,
-                             TraceRecord rec);
+  void Record(const TraceRecord& rec) const { proxy::Record(config_, rec); }
 
-  awaitable<Result<TcpSocket>> ConnectTcp(const Authority& a);
-  awaitable<Result<std::unique_ptr<TcpSocket>>> OpenUpstream(const Authority& a, TcpSocket*);
-  awaitable<Result<std::unique_ptr<TlsStream>>> OpenUpstream(const Authority& a, TlsStream*);
-
+  // proxy.cc
   void Trip(const Exchange& ex);
-  void Record(TraceRecord rec) {
-    if (config_.trace) config_.trace->Write(rec);
-  }
-
-  static int CertCallback(SSL* ssl, void* arg);
-  static int AlpnSelect(SSL*, const unsigned char** out, unsigned char* outlen,
-                        const unsigned char* in, unsigned int inlen, void*);
 
   ProxyConfig config_;
   std::unique_ptr<PlaceholderSet> placeholders_;
   ProxyContext ctx_;
-  ssl::context server_ctx_;
-  ssl::context client_ctx_;
   Chain chain_;
+  TlsInterceptor interceptor_;
+  UpstreamConnector upstreams_;
+  HttpDriver driver_;
   // One single-threaded event loop per thread; a connection lives on one of them (round robin),
   // so its handlers never hop between threads (no strand, no cross-thread wake-up per I/O).
   struct Loop {
@@ -144,20 +86,5 @@ class Proxy::Impl {
   std::atomic<bool> tripped_{false};
   std::atomic<bool> stopped_{false};
 };
-
-template <class Client>
-awaitable<void> Proxy::Impl::WriteError(Client& client, int status, const std::string& reason,
-                                        TraceRecord rec) {
-  http::response<http::string_body> res{static_cast<http::status>(status), 11};
-  res.set(http::field::content_type, "text/plain");
-  res.set(http::field::connection, "close");
-  res.set("X-Cloister-Proxy", "1");
-  res.body() = "cloister proxy: " + reason + "\n";
-  res.prepare_payload();
-  co_await http::async_write(client, res, kTok);
-  rec.status = status;
-  rec.error = reason;
-  Record(std::move(rec));
-}
 
 }  // namespace cloister::proxy

@@ -4,7 +4,7 @@
 // SECURITY: the last line between a reflecting upstream and the guest.
 #pragma once
 
-#include "proxy/chain.h"
+#include "proxy/filter.h"
 
 namespace cloister::proxy {
 

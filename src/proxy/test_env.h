@@ -108,7 +108,7 @@ class ProxyEnv {
       events.push_back(e);
     };
     cfg.body_hold_bytes = body_hold;
-    cfg.filters = filters;
+    cfg.extension_filters = extension_filters;
     cfg.tunnel_ports = tunnel_ports;
     cfg.tunnel_hosts = tunnel_hosts;
     cfg.egress_policy = egress_policy;
@@ -143,7 +143,7 @@ class ProxyEnv {
   std::shared_ptr<CertAuthority> ca, upstream_ca;
   std::string ca_file, upstream_ca_file, trace_path;
   std::vector<vault::BoundCredential> creds;  // 0 anthropic, 1 github, 2 openai
-  std::vector<std::shared_ptr<RequestFilter>> filters;  // set before StartProxy
+  std::vector<std::shared_ptr<ExtensionFilter>> extension_filters;  // set before StartProxy
   std::vector<uint16_t> tunnel_ports;                   // set before StartProxy
   std::vector<std::string> tunnel_hosts;
   EgressPolicy egress_policy;  // set before StartProxy

@@ -1,11 +1,10 @@
-// TLS interception: the client's TLS is terminated with a leaf certificate for the SNI name (or
-// the CONNECT host) minted by the per-install CA; HTTP inside is served by HttpLoop.
+#include "proxy/tls_intercept.h"
+
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <string.h>
 
 #include "base/strings.h"
-#include "proxy/proxy_impl.h"
 
 namespace cloister::proxy {
 namespace {
@@ -33,8 +32,20 @@ int ConnectHostIndex() {
 }
 }  // namespace
 
-int Proxy::Impl::AlpnSelect(SSL*, const unsigned char** out, unsigned char* outlen,
-                            const unsigned char* in, unsigned int inlen, void*) {
+Status TlsInterceptor::Init(std::shared_ptr<CertAuthority> ca) {
+  if (!ca) return Error(ErrorCode::kInvalidArgument, "proxy: no CA");
+  ca_ = std::move(ca);
+  SSL_CTX* sctx = ctx_.native_handle();
+  SSL_CTX_set_min_proto_version(sctx, TLS1_2_VERSION);
+  SSL_CTX_set_cert_cb(sctx, &TlsInterceptor::CertCallback, this);
+  SSL_CTX_set_alpn_select_cb(sctx, &TlsInterceptor::AlpnSelect, nullptr);
+  SSL_CTX_set_session_cache_mode(sctx, SSL_SESS_CACHE_SERVER);
+  SSL_CTX_set_session_id_context(sctx, reinterpret_cast<const unsigned char*>("cloister"), 8);
+  return OkStatus();
+}
+
+int TlsInterceptor::AlpnSelect(SSL*, const unsigned char** out, unsigned char* outlen,
+                              const unsigned char* in, unsigned int inlen, void*) {
   // SECURITY: `in` is the client's ALPN list (length-prefixed strings); walk it bounded.
   for (unsigned i = 0; i < inlen;) {
     unsigned len = in[i];
@@ -49,8 +60,8 @@ int Proxy::Impl::AlpnSelect(SSL*, const unsigned char** out, unsigned char* outl
   return SSL_TLSEXT_ERR_NOACK;
 }
 
-int Proxy::Impl::CertCallback(SSL* ssl, void* arg) {
-  auto* self = static_cast<Impl*>(arg);
+int TlsInterceptor::CertCallback(SSL* ssl, void* arg) {
+  auto* self = static_cast<TlsInterceptor*>(arg);
   const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   std::string host;
   if (ValidSni(sni)) {
@@ -60,28 +71,22 @@ int Proxy::Impl::CertCallback(SSL* ssl, void* arg) {
     host = *connect_host;
   }
   if (host.empty()) return 0;
-  auto leaf = self->config_.ca->Leaf(host);
+  auto leaf = self->ca_->Leaf(host);
   if (!leaf.ok()) return 0;
   if (SSL_use_certificate(ssl, leaf->get()) != 1 ||
-      SSL_use_PrivateKey(ssl, self->config_.ca->leaf_key()) != 1) {
+      SSL_use_PrivateKey(ssl, self->ca_->leaf_key()) != 1) {
     return 0;
   }
   return 1;
 }
 
-awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf,
-                                          Origin origin, TraceRecord rec) {
-  ClientTls tls(std::move(sock), server_ctx_);
+awaitable<Status> TlsInterceptor::Handshake(ClientTls& tls, beast::flat_buffer& cbuf,
+                                            Origin& origin) {
   std::string connect_host = origin.connect.host;
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), &connect_host);
   auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), kTok);
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), nullptr);
-  if (hec) {
-    rec.status = 400;
-    rec.error = "TLS handshake with the client failed";
-    Record(rec);
-    co_return;
-  }
+  if (hec) co_return Error(ErrorCode::kInvalidArgument, "TLS handshake with the client failed");
   cbuf.consume(used);
   const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
   if (ValidSni(sni)) origin.sni = ToLower(sni);
@@ -89,17 +94,11 @@ awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer
   if (origin.transparent && !origin.sni.empty() && origin.sni != origin.connect.host) {
     // SECURITY: the guest resolved one name and names another in TLS: refuse rather than guess
     // which one the request is for.
-    rec.status = 421;
-    rec.error = "TLS SNI " + origin.sni + " does not match the connection's name " +
-                origin.connect.host;
-    Record(rec);
-    error_code ec;
-    tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
-    co_return;
+    co_return Error(ErrorCode::kPermissionDenied, "TLS SNI " + origin.sni +
+                                                      " does not match the connection's name " +
+                                                      origin.connect.host);
   }
-  co_await HttpLoop<TlsStream>(tls, cbuf, origin);
-  error_code ec;
-  tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
+  co_return OkStatus();
 }
 
 }  // namespace cloister::proxy

@@ -1,14 +1,33 @@
-// Upstream connections: resolve (or the tests' overrides), refuse forbidden addresses, connect,
-// and for TLS verify the upstream against the trust store.
+#include "proxy/upstream.h"
+
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "proxy/proxy_impl.h"
 #include "proxy/upstream_address.h"
 
 namespace cloister::proxy {
 
-awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
+Status UpstreamConnector::Init() {
+  SSL_CTX* cctx = ctx_.native_handle();
+  SSL_CTX_set_min_proto_version(cctx, TLS1_2_VERSION);
+  error_code ec;
+  ctx_.set_verify_mode(ssl::verify_peer, ec);
+  if (!config_.upstream_ca_file.empty()) {
+    ctx_.load_verify_file(config_.upstream_ca_file, ec);
+    if (ec) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "cannot load upstream CA file " + config_.upstream_ca_file + ": " + ec.message());
+    }
+  } else {
+    ctx_.set_default_verify_paths(ec);
+    if (ec) return Error(ErrorCode::kUnavailable, "no system trust store: " + ec.message());
+  }
+  static const unsigned char kAlpn[] = "\x08http/1.1";
+  SSL_CTX_set_alpn_protos(cctx, kAlpn, sizeof kAlpn - 1);
+  return OkStatus();
+}
+
+awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a) {
   auto ex = co_await asio::this_coro::executor;
   TcpSocket sock(ex);
   std::string key = a.HostPort();
@@ -58,18 +77,18 @@ awaitable<Result<TcpSocket>> Proxy::Impl::ConnectTcp(const Authority& a) {
   co_return std::move(sock);
 }
 
-awaitable<Result<std::unique_ptr<TcpSocket>>> Proxy::Impl::OpenUpstream(const Authority& a,
-                                                                        TcpSocket*) {
+awaitable<Result<std::unique_ptr<TcpSocket>>> UpstreamConnector::Open(const Authority& a,
+                                                                       TcpSocket*) {
   auto sock = co_await ConnectTcp(a);
   if (!sock.ok()) co_return sock.error();
   co_return std::make_unique<TcpSocket>(std::move(sock).value());
 }
 
-awaitable<Result<std::unique_ptr<TlsStream>>> Proxy::Impl::OpenUpstream(const Authority& a,
-                                                                        TlsStream*) {
+awaitable<Result<std::unique_ptr<TlsStream>>> UpstreamConnector::Open(const Authority& a,
+                                                                       TlsStream*) {
   auto sock = co_await ConnectTcp(a);
   if (!sock.ok()) co_return sock.error();
-  auto tls = std::make_unique<TlsStream>(std::move(sock).value(), client_ctx_);
+  auto tls = std::make_unique<TlsStream>(std::move(sock).value(), ctx_);
   SSL* s = tls->native_handle();
   bool ip = a.host.find_first_not_of("0123456789.") == std::string::npos ||
             a.host.find(':') != std::string::npos;

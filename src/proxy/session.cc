@@ -1,4 +1,5 @@
-// CONNECT handling, opaque tunnels (splice) and transparent-mode sessions.
+// One client connection of the proxy, from its first byte: proxy mode (the request loop, which may
+// end in a CONNECT), CONNECT tunnels (TLS interception or an opaque splice), transparent mode.
 #include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -22,6 +23,16 @@ int LooksLikeHttp(std::string_view b) {
 
 }  // namespace
 
+// Proxy mode: the request loop reads each request; a CONNECT takes the socket over.
+awaitable<void> Proxy::Impl::Session(GenericSocket sock, std::string source) {
+  beast::flat_buffer cbuf;
+  cbuf.reserve(kIoBuffer);  // read size = capacity (see UpstreamSlot)
+  Origin plain;
+  plain.source = source;
+  std::optional<Authority> connect = co_await driver_.Serve<TcpSocket>(sock, cbuf, plain);
+  if (connect) co_await HandleConnect(std::move(sock), cbuf, *connect, source);
+}
+
 awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf,
                                            Authority authority, std::string source) {
   TraceRecord rec;
@@ -33,11 +44,13 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   static const std::string kOk = "HTTP/1.1 200 Connection established\r\n\r\n";
   if (tripped_) {
     // SECURITY: from the moment of a trip, no new tunnel opens (the VM's pause lands later).
-    co_await WriteError(sock, 451, "workspace is compromised; nothing is forwarded", rec);
+    co_await WriteError(sock, 451, "workspace is compromised; nothing is forwarded", rec,
+                        config_);
     co_return;
   }
   if (!Allowed(authority)) {
-    co_await WriteError(sock, 403, "egress policy: " + authority.HostPort() + " is not allowed", rec);
+    co_await WriteError(sock, 403, "egress policy: " + authority.HostPort() + " is not allowed",
+                        rec, config_);
     co_return;
   }
   if (std::find(config_.tunnel_ports.begin(), config_.tunnel_ports.end(), authority.port) !=
@@ -45,12 +58,13 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
     // An opaque tunnel (SSH): only toward allowed hosts; connect first so a refusal is an HTTP
     // status the client can report.
     if (!vault::HostInAnyScope(authority.host, config_.tunnel_hosts)) {
-      co_await WriteError(sock, 403, "tunnel to " + authority.HostPort() + " is not allowed", rec);
+      co_await WriteError(sock, 403, "tunnel to " + authority.HostPort() + " is not allowed", rec,
+                          config_);
       co_return;
     }
-    auto upstream = co_await ConnectTcp(authority);
+    auto upstream = co_await upstreams_.ConnectTcp(authority);
     if (!upstream.ok()) {
-      co_await WriteError(sock, 502, upstream.error().message(), rec);
+      co_await WriteError(sock, 502, upstream.error().message(), rec, config_);
       co_return;
     }
     auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
@@ -85,6 +99,25 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
   co_await InterceptTls(std::move(sock), cbuf, origin, rec);
 }
 
+awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf,
+                                          Origin origin, TraceRecord rec) {
+  ClientTls tls(std::move(sock), interceptor_.context());
+  Status st = co_await interceptor_.Handshake(tls, cbuf, origin);
+  if (!st.ok()) {
+    rec.status = st.error().code() == ErrorCode::kPermissionDenied ? 421 : 400;
+    rec.error = st.error().message();
+    Record(rec);
+    if (rec.status == 421) {
+      error_code ec;
+      tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
+    }
+    co_return;
+  }
+  co_await driver_.Serve<TlsStream>(tls, cbuf, origin);
+  error_code ec;
+  tls.next_layer().shutdown(asio::socket_base::shutdown_both, ec);
+}
+
 awaitable<void> Proxy::Impl::Splice(GenericSocket& sock, beast::flat_buffer& cbuf,
                                     const Authority& to, std::optional<TcpSocket> connected,
                                     TraceRecord rec) {
@@ -96,7 +129,7 @@ awaitable<void> Proxy::Impl::Splice(GenericSocket& sock, beast::flat_buffer& cbu
     co_return;
   }
   if (!connected) {
-    auto up = co_await ConnectTcp(to);
+    auto up = co_await upstreams_.ConnectTcp(to);
     if (!up.ok()) {
       rec.status = 502;
       rec.error = up.error().message();
@@ -241,7 +274,7 @@ awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock, std::string 
     co_return;
   }
   if (verdict == 2) {
-    co_await HttpLoop<TcpSocket>(sock, cbuf, origin);
+    co_await driver_.Serve<TcpSocket>(sock, cbuf, origin);
     error_code ec;
     sock.shutdown(asio::socket_base::shutdown_both, ec);
     co_return;

@@ -1,4 +1,4 @@
-#include "proxy/filter_adapter.h"
+#include "proxy/extension_filter_adapter.h"
 
 #include <algorithm>
 
@@ -42,8 +42,8 @@ void ApplyResponse(const ResponseHead& h, ResponseHeader& res) {
 
 }  // namespace
 
-Status RequestFilterAdapter::OnRequestHead(Exchange& ex) {
-  const auto& filters = ex.ctx.config->filters;
+Status ExtensionFilterAdapter::OnRequestHead(Exchange& ex) {
+  const auto& filters = ex.ctx.config->extension_filters;
   if (!ex.origin.tls || !ex.names_agree || filters.empty()) return OkStatus();
   ex.filter_head = HeadFrom(ex.req, ex.target);
   bool changed = false;
@@ -70,10 +70,10 @@ Status RequestFilterAdapter::OnRequestHead(Exchange& ex) {
   return OkStatus();
 }
 
-Status RequestFilterAdapter::OnRequestBody(Exchange& ex, std::string& data, bool end) {
+Status ExtensionFilterAdapter::OnRequestBody(Exchange& ex, std::string& data, bool end) {
   if (!ex.full_body.empty()) {
     if (!ex.body_whole) return ex.Refuse(413, "request body too large for re-signing");
-    for (RequestFilter* f : ex.full_body) {
+    for (ExtensionFilter* f : ex.full_body) {
       if (Status st = f->OnFullBody(ex.filter_head, data); !st.ok()) {
         return ex.Refuse(403, st.error().message());
       }
@@ -94,7 +94,7 @@ Status RequestFilterAdapter::OnRequestBody(Exchange& ex, std::string& data, bool
   return OkStatus();
 }
 
-Status RequestFilterAdapter::OnResponseHead(Exchange& ex, ResponseHeader& res) {
+Status ExtensionFilterAdapter::OnResponseHead(Exchange& ex, ResponseHeader& res) {
   for (auto& t : ex.response_transforms) {
     ResponseHead head = ResponseFrom(res);
     auto hold = t->OnHead(head);
@@ -110,7 +110,7 @@ Status RequestFilterAdapter::OnResponseHead(Exchange& ex, ResponseHeader& res) {
   return OkStatus();
 }
 
-Status RequestFilterAdapter::OnResponseBody(Exchange& ex, ResponseHeader& res, std::string& data,
+Status ExtensionFilterAdapter::OnResponseBody(Exchange& ex, ResponseHeader& res, std::string& data,
                                             bool) {
   if (!ex.hold_response || ex.response_transforms.empty()) return OkStatus();
   // The driver passes a held body whole, in one call.

@@ -1,4 +1,4 @@
-#include "proxy/filter_adapter.h"
+#include "proxy/extension_filter_adapter.h"
 
 #include <gtest/gtest.h>
 
@@ -12,14 +12,14 @@ namespace http = boost::beast::http;
 
 // A fake request filter: signs the head, wants the whole body, upper-cases it, and brings a
 // response transform that holds the body and wraps it.
-class Fake : public RequestFilter {
+class Fake : public ExtensionFilter {
  public:
   explicit Fake(std::string mode) : mode_(std::move(mode)) {}
-  Result<FilterVerdict> OnRequestHead(RequestHead& head) override {
+  Result<ExtensionVerdict> OnRequestHead(RequestHead& head) override {
     if (mode_ == "deny") return Error(ErrorCode::kPermissionDenied, "bad signature");
     if (mode_ == "trip") return Error(ErrorCode::kCompromised, "replayed");
     head.headers.push_back({"X-Signed", head.method + " " + head.target + " " + head.host});
-    FilterVerdict v;
+    ExtensionVerdict v;
     v.handled = true;
     v.need_full_body = mode_ == "full";
     v.max_body = 4 << 20;
@@ -52,11 +52,11 @@ class Fake : public RequestFilter {
 };
 
 std::unique_ptr<Exchange> RunHead(FilterHarness& h, const std::string& mode, Status* st) {
-  h.config.filters = {std::make_shared<Fake>(mode)};
+  h.config.extension_filters = {std::make_shared<Fake>(mode)};
   h.Tls("s3.amazonaws.com");
   auto ex = h.Make("PUT", "/bucket/key", {{"Host", "s3.amazonaws.com"}});
   EXPECT_TRUE(DestinationFilter().OnRequestHead(*ex).ok());
-  *st = RequestFilterAdapter().OnRequestHead(*ex);
+  *st = ExtensionFilterAdapter().OnRequestHead(*ex);
   return ex;
 }
 
@@ -69,7 +69,7 @@ TEST(RequestFilterAdapterTest, HeadBodyAndResponse) {
   EXPECT_EQ(ex->hold_limit, size_t{4 << 20});
   ex->body_whole = true;
   std::string body = "abc";
-  RequestFilterAdapter a;
+  ExtensionFilterAdapter a;
   ASSERT_TRUE(a.OnRequestBody(*ex, body, true).ok());
   EXPECT_EQ(body, "ABC!");
   EXPECT_EQ(std::string(ex->req["X-Len"]), "3");  // OnFullBody saw the body as sent
@@ -91,7 +91,7 @@ TEST(RequestFilterAdapterTest, StreamedBodyForAFullBodyFilterIs413) {
   ASSERT_TRUE(st.ok());
   ex->body_whole = false;
   std::string piece = "abc";
-  EXPECT_FALSE(RequestFilterAdapter().OnRequestBody(*ex, piece, false).ok());
+  EXPECT_FALSE(ExtensionFilterAdapter().OnRequestBody(*ex, piece, false).ok());
   EXPECT_EQ(ex->reply_status, 413);
 }
 
@@ -109,10 +109,10 @@ TEST(RequestFilterAdapterTest, ErrorsRefuseOrTrip) {
 
 TEST(RequestFilterAdapterTest, OnlyWhenTlsNamesAgree) {
   FilterHarness h;
-  h.config.filters = {std::make_shared<Fake>("stream")};
+  h.config.extension_filters = {std::make_shared<Fake>("stream")};
   auto ex = h.Make("PUT", "http://s3.amazonaws.com/b", {{"Host", "s3.amazonaws.com"}});
   ASSERT_TRUE(DestinationFilter().OnRequestHead(*ex).ok());
-  ASSERT_TRUE(RequestFilterAdapter().OnRequestHead(*ex).ok());
+  ASSERT_TRUE(ExtensionFilterAdapter().OnRequestHead(*ex).ok());
   EXPECT_EQ(ex->req.find("X-Signed"), ex->req.end());
   EXPECT_TRUE(ex->response_transforms.empty());
 }

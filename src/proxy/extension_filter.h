@@ -1,0 +1,90 @@
+// Extension filters: the seam through which other modules plug their own filters into the proxy
+// (ProxyConfig::extension_filters: aws/ SigV4 re-signing and credential custody, oauth/ logins),
+// on a plain copy of the request head (no Beast types). Owned by proxy; implemented elsewhere. The
+// chain runs them in one of its steps (extension_filter_adapter.h); the chain's own filters
+// implement proxy::Filter (filter.h) instead.
+//
+// An extension filter sees a TLS-intercepted request only when the CONNECT host, SNI and Host header agree,
+// after the compromise detector's head scan and the header substitution. It may rewrite the head
+// and wrap the request body. Filters run on proxy threads, one request at a time per connection;
+// an implementation shared by connections must be thread safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cloister::proxy {
+
+struct RequestHead {
+  std::string method;  // "GET"
+  std::string target;  // origin form as sent: "/bucket/key?uploads="
+  std::string host;    // destination host (CONNECT authority = SNI = Host), lower-case, no port
+  uint16_t port = 443;
+  std::vector<std::pair<std::string, std::string>> headers;  // wire order, names as received
+};
+
+// Wraps the request body (after de-chunking). Output length should equal input length when the
+// body is streamed (the declared length is kept); a held body gets a recomputed Content-Length.
+class BodyTransform {
+ public:
+  virtual ~BodyTransform() = default;
+  virtual Result<std::string> Data(std::string_view in) = 0;  // bytes to forward now
+  virtual Result<std::string> End() = 0;                      // at the end; error aborts upstream
+};
+
+// The upstream's response head as the proxy received it (status and headers in wire order).
+struct ResponseHead {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// What a response transform asks for after seeing the head.
+struct ResponseHold {
+  bool hold = false;    // hold the whole body (<= max_body) and call OnBody before the guest sees it
+  size_t max_body = 0;  // a longer body is refused: 502 to the guest, nothing of it forwarded
+};
+
+// One request's view of its response (a filter that must see what comes back, e.g. aws/ credential
+// custody). Created by the filter in OnRequestHead, owned by the proxy for that one request.
+// SECURITY: a request with a response transform is sent upstream with `Accept-Encoding: identity`;
+// a response to it that still carries a Content-Encoding other than identity is refused (502), so
+// OnBody always sees the bytes the guest would get.
+// (The proxy sets that header after OnRequestHead returned: a filter that signs the head and has a
+// response transform should set `Accept-Encoding: identity` itself before signing, so the proxy's
+// set changes nothing. A verdict with handled == false is ignored, its response transform too.)
+class ResponseTransform {
+ public:
+  virtual ~ResponseTransform() = default;
+  // May rewrite the head. An error: 502 with the message to the guest, nothing of the response
+  // forwarded, and the trace record carries the message.
+  virtual Result<ResponseHold> OnHead(ResponseHead& head) = 0;
+  // Only after hold: the whole body; returns the body the guest gets (Content-Length recomputed).
+  // An error: as for OnHead.
+  virtual Result<std::string> OnBody(ResponseHead& head, std::string body) = 0;
+};
+
+struct ExtensionVerdict {
+  bool handled = false;         // false: the filter does not apply; the head is left as it was
+  bool need_full_body = false;  // hold the whole body (<= max_body) and call OnFullBody
+  size_t max_body = 0;
+  std::unique_ptr<BodyTransform> body;  // optional
+  std::unique_ptr<ResponseTransform> response;  // optional: sees (and may rewrite) the response
+};
+
+class ExtensionFilter {
+ public:
+  virtual ~ExtensionFilter() = default;
+  // May rewrite `head`. An error: 403 with the message, nothing forwarded; kCompromised: the
+  // compromise detector trips (451, callback).
+  virtual Result<ExtensionVerdict> OnRequestHead(RequestHead& head) = 0;
+  // Only after need_full_body: the whole body (may rewrite the head; the body goes unchanged).
+  virtual Status OnFullBody(RequestHead& head, std::string_view body) = 0;
+};
+
+}  // namespace cloister::proxy

@@ -1,0 +1,56 @@
+// The proxy's I/O vocabulary, shared by the files that do its async I/O (proxy.cc, session.cc,
+// tls_intercept.cc, http_driver.cc, upstream.cc): Asio and Beast names, the socket and TLS stream
+// types of both legs, and the upstream connection a client connection reuses.
+// Threading: see proxy.h (one single-threaded event loop per thread; a connection stays on one).
+#pragma once
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "proxy/tls_stream.h"
+
+namespace cloister::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using asio::awaitable;
+using boost::system::error_code;
+using GenericSocket = asio::generic::stream_protocol::socket;
+using TcpSocket = asio::ip::tcp::socket;
+// Both TLS legs: batched reads and writes (tls_stream.h), not asio::ssl::stream.
+using TlsStream = BatchedTlsStream<TcpSocket>;
+using ClientTls = BatchedTlsStream<GenericSocket>;
+inline constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
+inline constexpr size_t kIoBuffer = 64 * 1024;
+
+inline int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One upstream connection, reused for keep-alive while the target stays the same.
+template <class S>
+struct UpstreamSlot {
+  UpstreamSlot() { buf.reserve(kIoBuffer); }
+  std::unique_ptr<S> stream;
+  std::string key;  // "host:port"
+  // Beast reads at most capacity - size bytes (but at least 512) per read: without the reserve a
+  // small buffer made every read, and so every TLS record we sent on, about 512 bytes long.
+  beast::flat_buffer buf;
+  void Reset() {
+    stream.reset();
+    key.clear();
+    buf.clear();
+  }
+};
+
+}  // namespace cloister::proxy
