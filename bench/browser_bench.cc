@@ -9,6 +9,7 @@
 //   and started by the guest agent's browser role): it measures the host side and a minimal
 //   guest, not Chromium's own start.
 //   --smoke: 1 round, 5 s idle; exits 1 when a step fails.
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/vm_bench_util.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -48,13 +50,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--image" && i + 1 < argc) image = argv[++i];
     else if (a == "--memory" && i + 1 < argc) memory = std::atoi(argv[++i]);
     else if (a == "--idle" && i + 1 < argc) idle_s = std::atoi(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else {
       std::cerr << "usage: browser_bench [--image DIR] [--memory MIB] [--idle S] [--rounds N] "
-                   "[--smoke]\n";
+                   "[--smoke] [--markdown]\n";
       return 2;
     }
   }
@@ -91,6 +94,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   bool ok = true;
+  bench::Report report(
+      "browser_bench",
+      "The browser VM from the workspace's side: `cloister browser ws start` to its READY, to "
+      "the first CDP answer inside the workspace (through the host's splice), the browser QEMU's "
+      "RSS and PSS after an idle wait, and nothing of it left after `browser stop`.",
+      {"round", "start to READY", "to first CDP answer", "idle RSS", "idle PSS", "after stop"});
   for (int r = 0; r < rounds; ++r) {
     auto t0 = Clock::now();
     auto b = s->Cli({"browser", "ws", "start", "--image", image + "/disk.raw", "--memory",
@@ -120,6 +129,16 @@ int main(int argc, char** argv) {
     std::printf("round %d: browser start (to READY) %.1f s, to first CDP answer %.1f s; idle %d s: "
                 "QEMU RSS %ld MiB, PSS %ld MiB; after stop: QEMU %s\n",
                 r + 1, start_s, cdp_s, idle_s, rss / 1024, pss / 1024, gone ? "gone (RSS 0)" : "STILL THERE");
+    report.Row({std::to_string(r + 1), bench::Num("%.1f s", start_s), bench::Num("%.1f s", cdp_s),
+                bench::Num("%ld MiB", rss / 1024), bench::Num("%ld MiB", pss / 1024),
+                gone ? "gone" : "STILL THERE"});
+  }
+  if (ok && bench::Report::Wanted(argc, argv)) {
+    report.Note(bench::Num("Image %s%s, %d MiB, idle %d s, TCG.", image.c_str(),
+                           fake ? " (the test image with a fake chromium: the host side, not "
+                                  "Chromium's start)" : "",
+                           memory, idle_s));
+    report.Print(argc, argv);
   }
   std::cout << "load after: " << bench::LoadAverage() << "\n";
   s->ForceStop("ws");

@@ -3,7 +3,8 @@
 // Also 8 concurrent streams. Prints MiB/s and the ratio (mux / raw). Every path checks that the
 // far end read exactly the bytes written (a short write or read fails the run).
 //
-// Usage: channel_bench [--smoke]
+// Usage: channel_bench [--smoke] [--markdown]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 //   Default: 256 MiB per path. --smoke: 8 MiB per path, and each stream carries its own byte
 //   pattern that the reader checks (bytes lost, duplicated or crossed between streams); exits 1
 //   with the reason on stderr when any path fails (scripts/bench-smoke.sh).
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "channel/mux.h"
+#include "report.h"
 
 using namespace cloister::channel;
 using Clock = std::chrono::steady_clock;
@@ -87,9 +89,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--smoke") == 0) {
       smoke = true;
+    } else if (std::strcmp(argv[i], "--markdown") == 0) {
     } else {
-      std::fprintf(stderr, "usage: channel_bench [--smoke]   (--smoke: 8 MiB per path, bytes "
-                           "checked; exits 1 when a path fails)\n");
+      std::fprintf(stderr, "usage: channel_bench [--smoke] [--markdown]   (--smoke: 8 MiB per path, "
+                           "bytes checked; exits 1 when a path fails)\n");
       return 2;
     }
   }
@@ -179,5 +182,19 @@ int main(int argc, char** argv) {
   std::printf("mux, 1 stream:       %8.1f MiB/s  (ratio to raw %.2f)\n", mib / mux1, raw_s / mux1);
   std::printf("mux, 8 streams:      %8.1f MiB/s  (ratio to raw %.2f)\n", mib / mux8, raw_s / mux8);
   if (smoke) std::printf("channel_bench: smoke OK (%.0f MiB per path, every byte checked)\n", mib);
+  if (cloister::bench::Report::Wanted(argc, argv)) {
+    using cloister::bench::Num;
+    cloister::bench::Report r(
+        "channel_bench",
+        "Bytes through one host-guest Mux stream (two muxes over a socketpair, as over the "
+        "virtio-serial port) and through 8 streams at once, against a bare socketpair; every byte "
+        "is checked at the far end.",
+        {"path", "MiB/s", "ratio to raw"});
+    r.Row({"raw socketpair", Num("%.1f", mib / raw_s), "1.00"});
+    r.Row({"mux, 1 stream", Num("%.1f", mib / mux1), Num("%.2f", raw_s / mux1)});
+    r.Row({"mux, 8 streams", Num("%.1f", mib / mux8), Num("%.2f", raw_s / mux8)});
+    r.Note(Num("%.0f MiB per path.", mib));
+    r.Print(argc, argv);
+  }
   return 0;
 }

@@ -10,6 +10,7 @@
 // Usage: disk_bench [--image DIR] [--mib N] [--smoke]
 //   DIR: disk.raw, vmlinuz, initrd.img (default: the store's debian-12, else the test image).
 //   --smoke: the test image, 16 MiB, the default side only; exits 1 when any path fails.
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "bench/vm_bench_util.h"
+#include "report.h"
 
 using namespace cloister;
 
@@ -78,8 +80,17 @@ bool Parse(const std::string& out, int mib, Figures* f) {
   return seq;
 }
 
+bench::Report* g_report = nullptr;  // --markdown: every row printed is a row of the table too
+
 void Row(const std::string& what, const Figures& f, const Figures& host) {
   auto ratio = [](double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; };
+  if (g_report) {
+    using bench::Num;
+    g_report->Row({what, Num("%.1f MB/s (x%.2f)", f.wr_mbs, ratio(f.wr_mbs, host.wr_mbs)),
+                   Num("%.1f MB/s (x%.2f)", f.rd_mbs, ratio(f.rd_mbs, host.rd_mbs)),
+                   f.rand_w > 0 ? Num("%.0f (x%.2f)", f.rand_w, ratio(f.rand_w, host.rand_w)) : "-",
+                   f.rand_w > 0 ? Num("%.0f (x%.2f)", f.rand_r, ratio(f.rand_r, host.rand_r)) : "-"});
+  }
   std::printf("%-44s seq write %7.1f MB/s (x%.2f), read %7.1f MB/s (x%.2f)", what.c_str(),
               f.wr_mbs, ratio(f.wr_mbs, host.wr_mbs), f.rd_mbs, ratio(f.rd_mbs, host.rd_mbs));
   if (f.rand_w > 0) {
@@ -99,10 +110,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--image" && i + 1 < argc) image = argv[++i];
     else if (a == "--mib" && i + 1 < argc) mib = std::atoi(argv[++i]);
     else {
-      std::cerr << "usage: disk_bench [--image DIR] [--mib N] [--smoke]\n";
+      std::cerr << "usage: disk_bench [--image DIR] [--mib N] [--smoke] [--markdown]\n";
       return 2;
     }
   }
@@ -125,6 +137,15 @@ int main(int argc, char** argv) {
   std::printf("disk_bench: image %s, %d MiB files, store %s; %s\n", image.c_str(), mib,
               store->root().c_str(), bench::LoadAverage().c_str());
   bool ok = true;
+  bench::Report report(
+      "disk_bench",
+      "Disk I/O in a workspace against a host file on the same filesystem as its images: "
+      "sequential write with fsync and read back (the guest's cache dropped first), 4 KiB random "
+      "writes and reads, on the guest's system disk (/root) and home (/home/dev), for QEMU's "
+      "defaults and other aio/cache/iothread sides; each figure's ratio to the host's in "
+      "brackets.",
+      {"side", "seq write", "seq read", "4k random write IOPS", "4k random read IOPS"});
+  if (bench::Report::Wanted(argc, argv)) g_report = &report;
   // The host: the same script on the store's filesystem.
   Figures host;
   auto hr = RunProcess({"sh", "-c", Script(mib), "sh", store->root()});
@@ -168,5 +189,9 @@ int main(int argc, char** argv) {
   }
   std::printf("after: %s\n", bench::LoadAverage().c_str());
   if (!ok) std::cerr << "disk_bench: a measured path failed\n";
+  if (ok && g_report) {
+    report.Note(bench::Num("Image %s, %d MiB files, TCG.", image.c_str(), mib));
+    report.Print(argc, argv);
+  }
   return ok ? 0 : 1;
 }

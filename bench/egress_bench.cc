@@ -10,7 +10,8 @@
 // redirect and the SO_ORIGINAL_DST lookup in the guest). Reported, per path: p50/p99 of a new
 // connection (TCP + CONNECT or header + TLS handshake + one GET) and of a keep-alive GET.
 // --smoke: tiny sizes (seconds); exits 1 when any path fails (scripts/bench-smoke.sh).
-// Usage: egress_bench [--smoke] [--connections N] [--requests N]
+// Usage: egress_bench [--smoke] [--markdown] [--connections N] [--requests N]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "proxy/fake_upstream.h"
 #include "proxy/proxy.h"
 #include "proxy/transparent_relay.h"
+#include "report.h"
 
 namespace asio = boost::asio;
 namespace ssl = asio::ssl;
@@ -191,6 +193,24 @@ int main(int argc, char** argv) {
                 "p50 %+.0f us (%.2fx)\n",
                 tr.conn_p50 - px.conn_p50, tr.conn_p50 / px.conn_p50, tr.req_p50 - px.req_p50,
                 tr.req_p50 / px.req_p50);
+  }
+  if (!failed && cloister::bench::Report::Wanted(argc, argv)) {
+    using cloister::bench::Num;
+    cloister::bench::Report r(
+        "egress_bench",
+        "The same HTTPS GET on loopback (TLS both legs) direct, through the proxy in proxy mode "
+        "(CONNECT) and in transparent mode (the guest agent's header line), both behind the same "
+        "relay; the guest's nft redirect and the channel are not included.",
+        {"path", "new connection p50", "p99", "keep-alive request p50", "p99"});
+    for (const Path& p : paths) {
+      const Figures& f = all[p.name];
+      r.Row({p.name, Num("%.0f us", f.conn_p50), Num("%.0f us", f.conn_p99),
+             Num("%.0f us", f.req_p50), Num("%.0f us", f.req_p99)});
+    }
+    r.Note(Num("%d new connections and %d keep-alive requests per path; transparent against "
+               "proxy: new connection p50 %.2fx, keep-alive request p50 %.2fx.",
+               connections, requests, tr.conn_p50 / px.conn_p50, tr.req_p50 / px.req_p50));
+    r.Print(argc, argv);
   }
   proxy_relay->reset();
   transparent_relay->reset();

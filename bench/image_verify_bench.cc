@@ -1,5 +1,6 @@
 // `cloister image verify` throughput against `sha256sum` of the same file, side by side in one
-// run. Usage: image_verify_bench [--smoke] [MiB] (default 1024). Builds a throwaway store in /tmp
+// run. Usage: image_verify_bench [--smoke] [--markdown] [MiB] (default 1024; --markdown: also
+// print the section of docs/benchmarks.md, bench/report.h). Builds a throwaway store in /tmp
 // holding one signed image whose disk is MiB of non-zero data, then times:
 //   A: CatalogStore::Resolve(name, Rehash::kYes)  (what `image verify NAME` does: signature,
 //      keyring, sizes, SHA-256 of disk + kernel + initrd)
@@ -24,6 +25,7 @@
 #include "base/subprocess.h"
 #include "catalog/sha256.h"
 #include "catalog/store.h"
+#include "report.h"
 
 using namespace cloister;
 namespace fs = std::filesystem;
@@ -36,12 +38,13 @@ int main(int argc, char** argv) {
     if (a == "--smoke") {
       smoke = true;
       mib = 4;
+    } else if (a == "--markdown") {
     } else if (!a.empty() && std::isdigit(static_cast<unsigned char>(a[0])) &&
                std::strtoull(argv[i], nullptr, 10) > 0) {
       mib = std::strtoull(argv[i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: image_verify_bench [--smoke] [MiB]   (default 1024; --smoke: "
-                           "4 MiB, exits 1 when a path fails)\n");
+      std::fprintf(stderr, "usage: image_verify_bench [--smoke] [--markdown] [MiB]   (default 1024; "
+                           "--smoke: 4 MiB, exits 1 when a path fails)\n");
       return 2;
     }
   }
@@ -144,6 +147,19 @@ int main(int argc, char** argv) {
   if (smoke) {
     std::printf("image_verify_bench: smoke OK (verify agrees with sha256sum, refuses a flipped "
                 "byte)\n");
+  }
+  if (bench::Report::Wanted(argc, argv)) {
+    bench::Report r("image_verify_bench",
+                    "`cloister image verify` (signature, keyring, sizes, SHA-256 of disk, kernel "
+                    "and initramfs) against `sha256sum` of the same disk, best of 3 each, "
+                    "interleaved; a verify after one flipped byte must fail.",
+                    {"path", "s/GiB", "ratio"});
+    r.Row({"cloister image verify", bench::Num("%.2f", best_a / gib),
+           bench::Num("%.2f", best_a / best_b)});
+    r.Row({"sha256sum", bench::Num("%.2f", best_b / gib), "1.00"});
+    r.Note(bench::Num("Disk %llu MiB (+12 MiB kernel and initramfs).",
+                      static_cast<unsigned long long>(mib)));
+    r.Print(argc, argv);
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 //   DIR: disk.raw, vmlinuz, initrd.img (default: the store's debian-12, else the test image).
 //   --smoke: the test image, 512 MiB guests, a small workload, 5 s idle, two sides; exits 1 when
 //   any boot, exec or measurement fails.
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "bench/vm_bench_util.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -59,11 +61,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--image" && i + 1 < argc) image = argv[++i];
     else if (a == "--memory" && i + 1 < argc) memory = std::atoi(argv[++i]);
     else if (a == "--idle" && i + 1 < argc) idle_s = std::atoi(argv[++i]);
     else {
-      std::cerr << "usage: memory_bench [--image DIR] [--memory MIB] [--idle S] [--smoke]\n";
+      std::cerr << "usage: memory_bench [--image DIR] [--memory MIB] [--idle S] [--smoke] [--markdown]\n";
       return 2;
     }
   }
@@ -98,6 +101,14 @@ int main(int argc, char** argv) {
               bench::LoadAverage().c_str());
   auto store = bench::BenchStore::Make();
   if (!store) return 1;
+  bench::Report report(
+      "memory_bench",
+      "Idle memory a workspace gives back: each side boots a fresh workspace, runs the same "
+      "workload (a shell loop, RAM filled and freed through tmpfs, page cache filled and freed), "
+      "waits idle, then reads QEMU's RSS (and its anonymous part) against the guest's own used + "
+      "cache; the goal is an excess of at most 150 MiB.",
+      {"side", "loop", "fill+free", "idle RSS (anonymous)", "guest used + cache",
+       "excess (anonymous)"});
   bool ok = true;
   int n = 0;
   for (Side& side : sides) {
@@ -136,6 +147,11 @@ int main(int argc, char** argv) {
                 side.rss_mib, side.anon_mib, side.file_mib, side.used, side.cache,
                 side.rss_mib - side.used - side.cache, side.anon_mib - side.used - side.cache);
     std::fflush(stdout);
+    report.Row({side.name, bench::Num("%.2f s", side.cpu_s), bench::Num("%.2f s", side.mem_s),
+                bench::Num("%ld MiB (%ld)", side.rss_mib, side.anon_mib),
+                bench::Num("%ld + %ld MiB", side.used, side.cache),
+                bench::Num("%ld MiB (%ld)", side.rss_mib - side.used - side.cache,
+                           side.anon_mib - side.used - side.cache)});
   }
   const Side& base = sides[0];
   for (size_t i = 1; i < sides.size(); ++i) {
@@ -149,5 +165,10 @@ int main(int argc, char** argv) {
   }
   std::printf("after: %s\n", bench::LoadAverage().c_str());
   if (!ok) std::cerr << "memory_bench: a measured path failed\n";
+  if (ok && bench::Report::Wanted(argc, argv)) {
+    report.Note(bench::Num("Image %s, guest %d MiB, TCG, idle %d s; workload loop %d, RAM %d "
+                           "MiB, file %d MiB.", image.c_str(), memory, idle_s, loop, ram, file));
+    report.Print(argc, argv);
+  }
   return ok ? 0 : 1;
 }

@@ -11,7 +11,8 @@
 // vs a direct loopback connect. The host and guest muxes talk over a socketpair (as over the
 // virtio-serial port), so this measures our software path, not TCG or virtio.
 //
-// Usage: port_bench [--smoke] [--mib N] [--connects N]
+// Usage: port_bench [--smoke] [--markdown] [--mib N] [--connects N]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 //   --smoke: 1 MiB and 5 connects (seconds); exits 1 if any path fails or moves the wrong bytes.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,6 +37,7 @@
 #include "guest/tcp_connect.h"
 #include "protocol/contract.h"
 #include "supervisor/ports.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -171,12 +173,13 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--smoke") {
       smoke = true;
+    } else if (a == "--markdown") {
     } else if (a == "--mib" && i + 1 < argc) {
       mib = std::stoul(argv[++i]);
     } else if (a == "--connects" && i + 1 < argc) {
       connects = std::stoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: port_bench [--smoke] [--mib N] [--connects N]\n");
+      std::fprintf(stderr, "usage: port_bench [--smoke] [--markdown] [--mib N] [--connects N]\n");
       return 2;
     }
   }
@@ -325,5 +328,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (smoke) std::printf("port_bench: smoke OK\n");
+  if (cloister::bench::Report::Wanted(argc, argv)) {
+    using cloister::bench::Num;
+    cloister::bench::Report r(
+        "port_bench",
+        "The same bytes from a guest TCP server to a host client through a published port (the "
+        "supervisor's forwarder, a host-opened `tcp` stream, the guest agent's real tcp service), "
+        "through `exec`'s path, through a raw mux stream and a bare socketpair, and the latency "
+        "of connect + first byte; host and guest muxes over a socketpair (our software path, not "
+        "TCG or virtio).",
+        {"path", "MiB/s", "connect + first byte"});
+    r.Row({"forwarded port", Num("%.1f", mibs(port_s)), Num("%.3f ms", port_lat * 1e3)});
+    r.Row({"exec (head -c)", Num("%.1f", mibs(exec_s)), Num("%.3f ms (exec true)", exec_lat * 1e3)});
+    r.Row({"raw mux stream", Num("%.1f", mibs(mux_s)), "-"});
+    r.Row({"socketpair / direct loopback", Num("%.1f", mibs(raw_s)),
+           Num("%.3f ms", direct_lat * 1e3)});
+    r.Note(Num("%zu MiB per path, %d connects.", mib, connects));
+    r.Print(argc, argv);
+  }
   return 0;
 }

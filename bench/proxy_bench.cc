@@ -15,7 +15,8 @@
 // --smoke: tiny sizes (seconds); exits 1 when any measured path fails (scripts/bench-smoke.sh).
 // Usage: proxy_bench [--smoke] [--requests N] [--seconds S] [--bulk-mib M] [--rounds R]
 //                    [--no-mitmproxy] [--bulk-key]
-//                    [--only direct|cloister|mitmproxy]
+//                    [--only direct|cloister|mitmproxy] [--markdown]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -37,6 +38,7 @@
 #include "proxy/proxy.h"
 #include "vault/credential.h"
 #include "vault/placeholder.h"
+#include "report.h"
 
 namespace asio = boost::asio;
 namespace ssl = asio::ssl;
@@ -404,6 +406,39 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+  }
+
+  if (!failed && cloister::bench::Report::Wanted(argc, argv)) {
+    using cloister::bench::Num;
+    cloister::bench::Report r(
+        "proxy_bench",
+        "The same client on loopback with TLS on both legs, direct, through cloister's proxy "
+        "(CONNECT, interception) and through mitmproxy: requests/s over 4 keep-alive connections, "
+        "p50/p99 of sequential keep-alive requests, and a bulk download (median of the rounds, "
+        "paths interleaved) with the CPU the whole process spent per GiB; the proxy's own cost is "
+        "cloister's CPU minus direct's, which holds on a loaded machine where MB/s does not.",
+        {"path", "requests/s", "p50", "p99", "added p50", "bulk MB/s", "CPU s/GiB"});
+    for (const Target& t : targets) {
+      const Figures& f = all[t.name];
+      r.Row({t.name, Num("%.0f", f.rps), Num("%.0f us", f.p50_us), Num("%.0f us", f.p99_us),
+             Num("%.0f us", f.p50_us - direct.p50_us), bulk ? Num("%.0f", f.mbps) : "-",
+             bulk ? Num("%.2f", f.cpu_s_per_gib) : "-"});
+    }
+    std::string note = Num("%d sequential requests, 4 connections for %.1f s, %llu MiB x %d "
+                           "rounds.", requests, seconds,
+                           static_cast<unsigned long long>(bulk_mib), rounds);
+    if (bulk && all["cloister"].ok && direct.ok) {
+      note += Num(" Bulk cloister/direct %.2f; the proxy's own CPU %.2f s/GiB (its threads "
+                  "%.2f).", all["cloister"].mbps / direct.mbps,
+                  all["cloister"].cpu_s_per_gib - direct.cpu_s_per_gib,
+                  all["cloister"].proxy_s_per_gib);
+    }
+    if (all.count("mitmproxy") && all["mitmproxy"].ok && all["mitmproxy"].rps > 0) {
+      note += Num(" Requests/s cloister/mitmproxy %.1fx.", all["cloister"].rps /
+                                                            all["mitmproxy"].rps);
+    }
+    r.Note(note);
+    r.Print(argc, argv);
   }
 
   if (mitm_thread) {

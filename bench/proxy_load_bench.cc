@@ -18,7 +18,8 @@
 // are compared with where they started.
 // --smoke: seconds, not minutes; exits 1 when a path fails (no request, non-2xx, socket errors
 // on a cloister path) or the proxy's fds do not come back (scripts/bench-smoke.sh).
-// Usage: proxy_load_bench [--smoke] [--seconds S] [--soak-seconds S] [--no-mitmproxy]
+// Usage: proxy_load_bench [--smoke] [--seconds S] [--soak-seconds S] [--no-mitmproxy] [--markdown]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -44,6 +45,7 @@
 #include "base/subprocess.h"
 #include "proxy/ca.h"
 #include "proxy/proxy.h"
+#include "report.h"
 
 extern char** environ;
 
@@ -466,11 +468,12 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : "0";
     if (a == "--smoke") smoke = true, seconds = 2, soak_seconds = 8;
     else if (a == "--no-mitmproxy") mitm = false;
+    else if (a == "--markdown") continue;
     else if (a == "--seconds") seconds = std::atof(v), ++i;
     else if (a == "--soak-seconds") soak_seconds = std::atof(v), ++i;
     else {
       std::fprintf(stderr, "usage: proxy_load_bench [--smoke] [--seconds S] [--soak-seconds S] "
-                           "[--no-mitmproxy]\n");
+                           "[--no-mitmproxy] [--markdown]\n");
       return 2;
     }
   }
@@ -555,6 +558,15 @@ int main(int argc, char** argv) {
   std::printf("%-12s %5s %10s %10s %10s %8s %8s %12s %8s %12s %8s\n", "path", "conns", "req/s",
               "p50 us", "p99 us", "errors", "non-2xx", "proxy RSS", "fds", "RSS after", "fds");
   std::map<std::string, double> rps64;
+  cloister::bench::Report report(
+      "proxy_load_bench",
+      "Many clients at once through the proxy (wrk -t2, keep-alive, TLS both legs, every path "
+      "behind the same relay hop standing in for the guest's client side), the proxy in a child "
+      "process so its RSS and fds are its own; then a soak of keep-alive load, connection churn "
+      "(some cut mid-request) and slow readers through both modes, after which the proxy's fds "
+      "must be back where they started.",
+      {"path", "connections", "requests/s", "p50", "p99", "errors", "non-2xx", "proxy RSS during",
+       "fds during"});
   for (int conns : {64, 256}) {
     for (auto& p : paths) {
       Usage during;
@@ -593,6 +605,11 @@ int main(int argc, char** argv) {
                      static_cast<unsigned long long>(p.relay->refused.load()));
       }
       if (conns == 64) rps64[p.name] = f.rps;
+      report.Row({p.name, std::to_string(conns), cloister::bench::Num("%.0f", f.rps),
+                  cloister::bench::Num("%.0f us", f.p50_us),
+                  cloister::bench::Num("%.0f us", f.p99_us), std::to_string(errors),
+                  std::to_string(f.non2xx), p.cloister ? Kib(during.rss_kib) : "-",
+                  p.cloister ? std::to_string(during.fds) : "-"});
       if (p.cloister) {
         std::printf("%-12s %5d %10.0f %10.0f %10.0f %8llu %8llu %12s %8d %12s %8d%s\n",
                     p.name.c_str(), conns, f.rps, f.p50_us, f.p99_us,
@@ -705,6 +722,21 @@ int main(int argc, char** argv) {
     std::printf("FAILED: %llu of the soak's runs or requests failed\n",
                 static_cast<unsigned long long>(sc.failed.load()));
     failed = true;
+  }
+
+  if (cloister::bench::Report::Wanted(argc, argv)) {
+    report.Note(cloister::bench::Num(
+        "%.0f s per run; the proxy at rest: RSS %s, %d fds. Soak %.0f s: %llu requests ok, %llu "
+        "failed, %llu cut; the proxy's RSS %s before, peak %s, %s after (%+.1f%%), fds %d before, "
+        "%d after.",
+        seconds, Kib(base.rss_kib).c_str(), base.fds, soak_seconds,
+        static_cast<unsigned long long>(sc.ok.load()),
+        static_cast<unsigned long long>(sc.failed.load()),
+        static_cast<unsigned long long>(sc.cut.load()), Kib(soak_base.rss_kib).c_str(),
+        Kib(peak_rss).c_str(), Kib(soak_after.rss_kib).c_str(),
+        100.0 * (soak_after.rss_kib - soak_base.rss_kib) / std::max(1L, soak_base.rss_kib),
+        soak_base.fds, soak_after.fds));
+    report.Print(argc, argv);
   }
 
   close(child->to_child);

@@ -2,7 +2,8 @@
 //   1. `create` time with base images of 1 GiB and 64 GiB (the ratio shows creation is O(1) in
 //      the base size), median of N runs each;
 //   2. `checkpoint create` time with home images of 1 GiB and 64 GiB apparent size.
-// Usage: store_bench [--smoke] [DIR] [N]   (DIR: where to put the store, default a temp dir under
+// Usage: store_bench [--smoke] [--markdown] [DIR] [N]   (--markdown: also print the section of
+// docs/benchmarks.md, bench/report.h; DIR: where to put the store, default a temp dir under
 // /tmp; put it on XFS/btrfs to measure the reflink path).
 //
 // Checked after the timing: the image hash equals sha256sum's; each workspace's config records
@@ -33,6 +34,7 @@
 #include "store/image_ref.h"
 #include "store/layout.h"
 #include "store/store.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -86,11 +88,12 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--smoke") {
       smoke = true;
+    } else if (a == "--markdown") {
     } else if (!a.empty() && a[0] != '-') {
       positional.push_back(a);
     } else {
-      std::fprintf(stderr, "usage: store_bench [--smoke] [DIR] [N]   (--smoke: N=2, a 16 MiB "
-                           "small base, 4 MiB per home; exits 1 when a path fails)\n");
+      std::fprintf(stderr, "usage: store_bench [--smoke] [--markdown] [DIR] [N]   (--smoke: N=2, a "
+                           "16 MiB small base, 4 MiB per home; exits 1 when a path fails)\n");
       return 2;
     }
   }
@@ -228,6 +231,23 @@ int main(int argc, char** argv) {
   if (temp_dir) (void)env->RemoveAll(dir);
   if (smoke) {
     std::printf("store_bench: smoke OK (digests, disks, checkpoints and home data checked)\n");
+  }
+  if (cloister::bench::Report::Wanted(argc, argv)) {
+    using cloister::bench::Num;
+    cloister::bench::Report r(
+        "store_bench",
+        "`create` with a small and a 64 GiB base image, and `checkpoint create` with a 1 GiB and a "
+        "64 GiB home (each holding the same written data), median of N each: both must be O(1) in "
+        "the disk's size (ratio near 1).",
+        {"operation", "median", "ratio"});
+    r.Row({"create, base " + small_label, Num("%.1f ms", ms_small), "1.00"});
+    r.Row({"create, base 64 GiB", Num("%.1f ms", ms_big), Num("%.2f", ms_big / ms_small)});
+    r.Row({"checkpoint create, home 1 GiB", Num("%.1f ms", Median(ck_small)), "1.00"});
+    r.Row({"checkpoint create, home 64 GiB", Num("%.1f ms", Median(ck_big)),
+           Num("%.2f", Median(ck_big) / Median(ck_small))});
+    r.Note(Num("N = %d; system disk: %s; the one-time SHA-256 of the %s base took %.0f ms.", n,
+               format == "raw" ? "reflink clone" : "qcow2 overlay", small_label.c_str(), hash_ms));
+    r.Print(argc, argv);
   }
   return 0;
 }

@@ -5,7 +5,8 @@
 // (`free -m` just before; the goal is at most 1.1x), and `cloister start` (resume) plus a first
 // `exec true` (the goal is under 1 s under TCG).
 //
-// Usage: suspend_bench [--image DIR] [--sizes 2048,8192] [--smoke]
+// Usage: suspend_bench [--image DIR] [--sizes 2048,8192] [--smoke] [--markdown]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 //   DIR: disk.raw, vmlinuz, initrd.img (default: the store's debian-12, else the test image).
 //   --smoke: the test image, one 512 MiB guest, a small workload; exits 1 when any path fails.
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "bench/vm_bench_util.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -29,6 +31,8 @@ namespace {
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+bench::Report* g_report = nullptr;  // --markdown: every row printed is a row of the table too
 
 // One suspend + resume of a running workspace; prints a row, false when a path failed.
 bool Cycle(bench::BenchStore& s, const std::string& ws, int memory, const std::string& what) {
@@ -61,6 +65,14 @@ bool Cycle(bench::BenchStore& s, const std::string& ws, int memory, const std::s
               used + cache > 0 ? state_mib / static_cast<double>(used + cache) : 0.0, start_s,
               resume_s);
   std::fflush(stdout);
+  if (g_report) {
+    using bench::Num;
+    g_report->Row({Num("%d MiB, %s", memory, what.c_str()), Num("%ld + %ld MiB", used, cache),
+                   Num("%.2f s", suspend_s),
+                   Num("%.1f MiB (x%.2f)", state_mib,
+                       used + cache > 0 ? state_mib / static_cast<double>(used + cache) : 0.0),
+                   Num("%.2f s", start_s), Num("%.2f s", resume_s)});
+  }
   return code == 0 && state_mib > 0;
 }
 
@@ -72,10 +84,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--image" && i + 1 < argc) image = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) sizes_text = argv[++i];
     else {
-      std::cerr << "usage: suspend_bench [--image DIR] [--sizes 2048,8192] [--smoke]\n";
+      std::cerr << "usage: suspend_bench [--image DIR] [--sizes 2048,8192] [--smoke] [--markdown]\n";
       return 2;
     }
   }
@@ -99,6 +112,14 @@ int main(int argc, char** argv) {
   std::printf("suspend_bench: image %s; %s\n", image.c_str(), bench::LoadAverage().c_str());
   auto store = bench::BenchStore::Make();
   if (!store) return 1;
+  bench::Report report(
+      "suspend_bench",
+      "Suspend and resume of a workspace idle after its boot and again after a workload that "
+      "filled and freed RAM and page cache: `stop --suspend` time, the state file against the "
+      "guest's used + cache (goal: at most 1.1x), `start` (resume) and a first working `exec` "
+      "(goal: under 1 s).",
+      {"guest", "used + cache", "suspend", "state", "resume", "to a working exec"});
+  if (bench::Report::Wanted(argc, argv)) g_report = &report;
   bool ok = true;
   for (int memory : sizes) {
     std::string ws = "sus" + std::to_string(memory);
@@ -126,5 +147,9 @@ int main(int argc, char** argv) {
   }
   std::printf("after: %s\n", bench::LoadAverage().c_str());
   if (!ok) std::cerr << "suspend_bench: a measured path failed\n";
+  if (ok && g_report) {
+    report.Note(bench::Num("Image %s, TCG.", image.c_str()));
+    report.Print(argc, argv);
+  }
   return ok ? 0 : 1;
 }

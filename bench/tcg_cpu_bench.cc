@@ -10,7 +10,8 @@
 // ratio max / default (above 1: the default is faster). After each boot (untimed) the guest's
 // /proc/cpuinfo must show the model asked for: ERMS under "max", none under the default.
 //
-// Usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke]
+// Usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke] [--markdown]
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 //   IMAGE_DIR: `cloister image build --test`'s output; default the build tree's test image
 //   (BUILD/test-cache/image-test, there after the VM tests ran). Needs the `cloister` binary
 //   beside it in the build tree (or CLOISTER_EXE).
@@ -35,6 +36,7 @@
 #include "bench/vm_bench_util.h"
 #include "supervisor/launcher.h"
 #include "vm/qemu_args.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -89,11 +91,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (!a.empty() && a[0] != '-' && image_dir.empty()) image_dir = a;
     else {
-      std::cerr << "usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke]   (--smoke: one round, "
-                   "tiny checked workloads; exits 1 when a path fails)\n";
+      std::cerr << "usage: tcg_cpu_bench [IMAGE_DIR] [--runs N] [--smoke] [--markdown]   (--smoke: one "
+                   "round, tiny checked workloads; exits 1 when a path fails)\n";
       return 2;
     }
   }
@@ -200,8 +203,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> phases = {"boot"};
   for (const auto& [phase, script] : phases_run) phases.push_back(phase);
   double total_a = 0, total_b = 0;
+  cloister::bench::Report report(
+      "tcg_cpu_bench",
+      std::string("The TCG CPU model: QEMU's `max` against cloister's `") + vm::kTcgCpuModel +
+          "` (without the fast-string hints), a fresh test-image workspace per model and round, "
+          "the models alternating; guest workloads timed on the host through `cloister exec`, "
+          "medians (ratio above 1: cloister's model is faster).",
+      {"phase", "max", vm::kTcgCpuModel, "ratio max / default"});
   for (const auto& phase : phases) {
     double a = Median(secs["max"][phase]), b = Median(secs[vm::kTcgCpuModel][phase]);
+    report.Row({phase, cloister::bench::Num("%.2f s", a), cloister::bench::Num("%.2f s", b),
+                cloister::bench::Num("%.2f", b > 0 ? a / b : 0.0)});
     if (phase != "boot") {
       total_a += a;
       total_b += b;
@@ -210,6 +222,13 @@ int main(int argc, char** argv) {
   }
   std::printf("%-15s %-10.2f %-24.2f %.2f\n", "workload", total_a, total_b,
               total_b > 0 ? total_a / total_b : 0.0);
+  report.Row({"workload (sum)", cloister::bench::Num("%.2f s", total_a),
+              cloister::bench::Num("%.2f s", total_b),
+              cloister::bench::Num("%.2f", total_b > 0 ? total_a / total_b : 0.0)});
+  if (!failures && cloister::bench::Report::Wanted(argc, argv)) {
+    report.Note(cloister::bench::Num("%d round(s), %d MiB guests.", runs, memory));
+    report.Print(argc, argv);
+  }
   if (failures) std::cerr << "tcg_cpu_bench: " << failures << " workload(s) failed\n";
   else if (smoke) std::printf("tcg_cpu_bench: smoke OK (both models booted, workloads checked)\n");
   return failures ? 1 : 0;

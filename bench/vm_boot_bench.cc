@@ -26,6 +26,7 @@
 //                      [--smoke]
 //   DIR holds disk.raw, vmlinuz, initrd.img. Default: the build tree's test image and the store's
 //   debian-12. --smoke: the test image only, one run; exits 1 when any path fails.
+//   --markdown: also print the section of docs/benchmarks.md (bench/report.h).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -48,6 +49,7 @@
 #include "protocol/contract.h"
 #include "vm/process.h"
 #include "vm/qemu_args.h"
+#include "report.h"
 
 using namespace cloister;
 using Clock = std::chrono::steady_clock;
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") smoke = true;
+    else if (a == "--markdown") continue;
     else if (a == "--image" && i + 1 < argc) images.push_back(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (a == "--memory" && i + 1 < argc) memory = std::atoi(argv[++i]);
@@ -193,7 +196,7 @@ int main(int argc, char** argv) {
       entries = {argv[++i]};
     } else {
       std::cerr << "usage: vm_boot_bench [--image DIR]... [--runs N] [--memory MIB] "
-                   "[--kernel-boot pvh|bzimage] [--smoke]\n";
+                   "[--kernel-boot pvh|bzimage] [--smoke] [--markdown]\n";
       return 2;
     }
   }
@@ -313,8 +316,25 @@ int main(int argc, char** argv) {
       ++side.ok_runs;
     }
   }
+  cloister::bench::Report report(
+      "vm_boot_bench",
+      "Boot overhead, like for like: a bare QEMU with what cloister gives QEMU for the boot "
+      "itself, from exec to the boot hook starting, against `cloister start` of a fresh "
+      "workspace on the same image to the guest agent's READY (goal: ratio at most 1.15), with "
+      "the first `exec` after READY; per image and kernel entry, runs alternating between images.",
+      {"image", "kernel entry", "bare to the hook", "cloister to READY", "ratio (median)",
+       "first exec", "hook to READY, guest clock"});
   for (Side& side : sides) {
     if (side.ok_runs == 0) continue;
+    report.Row({side.image, side.entry,
+                cloister::bench::Num("%.2f s", side.bare_total / side.ok_runs),
+                cloister::bench::Num("%.2f s", side.cl_total / side.ok_runs),
+                cloister::bench::Num("%.2f (%.2f)", side.cl_total / side.bare_total,
+                                     Median(side.ratios)),
+                cloister::bench::Num("%.2f s", side.exec_total / side.ok_runs),
+                side.hook_to_ready.empty()
+                    ? "-"
+                    : cloister::bench::Num("%.0f ms", Median(side.hook_to_ready) * 1000)});
     const char* image = side.image.c_str();
     const char* entry = side.entry.c_str();
     // The median of the runs' ratios too: one boot slowed by the machine moves the mean.
@@ -339,5 +359,10 @@ int main(int argc, char** argv) {
   }
   std::printf("after: %s\n", bench::LoadAverage().c_str());
   if (!ok) std::cerr << "vm_boot_bench: a measured path failed\n";
+  if (ok && cloister::bench::Report::Wanted(argc, argv)) {
+    report.Note(cloister::bench::Num("TCG, %d vCPUs, %d MiB, %d run(s) per side; times are means "
+                                     "over the runs.", cpus, memory, runs));
+    report.Print(argc, argv);
+  }
   return ok ? 0 : 1;
 }

@@ -3,6 +3,8 @@
 # CI instead of rotting unnoticed. Runs each executable in the build tree's bench/ directory that
 # supports --smoke (its binary contains the string "--smoke"; a bench without one is listed as
 # skipped); fails when any of them exits non-zero. Each bench finds what it needs by itself.
+# Each runs with --markdown too and must print its section of docs/benchmarks.md (bench/report.h),
+# so the path scripts/bench-markdown.sh takes cannot rot either.
 # Smoke runs measure nothing worth keeping (pass or fail only), so CLOISTER_BENCH_JOBS of them
 # (default: nproc) run at once; each bench keeps its own temporary store.
 # Usage: scripts/bench-smoke.sh [BUILD_DIR]   (default: $CLOISTER_BUILD_DIR or build)
@@ -31,8 +33,12 @@ for b in "$dir"/*; do
   (
     start=$(date +%s)
     # A bound per bench: a hung measured path is a failure, not a stuck CI job.
-    timeout 300 "$b" --smoke >"$work/$name.log" 2>&1
+    timeout 300 "$b" --smoke --markdown >"$work/$name.log" 2>&1
     rc=$?
+    if [ "$rc" = 0 ] && ! grep -qxF "<!-- bench:$name end -->" "$work/$name.log"; then
+      echo "$name printed no --markdown section (bench/report.h)" >>"$work/$name.log"
+      rc=markdown
+    fi
     echo "$rc $(( $(date +%s) - start ))" >"$work/$name.status"
   ) &
 done

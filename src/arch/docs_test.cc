@@ -7,6 +7,8 @@
 //   `fuzz/NAME`   a fuzz target registered in fuzz/CMakeLists.txt (cloister_add_fuzzer)
 // A Tests field names at least one, or starts with "none yet" and says why. Anything else in
 // backticks there is an error, so a renamed, deleted or mistyped test fails here with its line.
+// docs/benchmarks.md has one section per bench of bench/CMakeLists.txt, between the marker lines
+// its bench prints with --markdown (bench/report.h), and no section of a bench that is gone.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -203,6 +205,32 @@ TEST(DocsTest, AMissingTestAFieldOutOfOrderAndAnEmptyTestsFieldAreCaught) {
            std::string("#### X. p\n- **Mechanism:** m\n- **Tests:** `RealTest.Holds`\n- **Remains:** r\n- extra\n"),
        }) {
     EXPECT_FALSE(CheckPropertyBlocks(bad, index, &properties).empty()) << bad;
+  }
+}
+
+TEST(DocsTest, EveryBenchHasItsSectionOnTheBenchmarksPage) {
+  fs::path root = SourceDir();
+  const std::string cmake = ReadFile(root / "bench" / "CMakeLists.txt");
+  const std::string page = ReadFile(root / "docs" / "benchmarks.md");
+  static const std::regex kBench(R"(add_executable\(\s*(\w+_bench)\b)");
+  static const std::regex kMarker(R"(<!-- bench:(\w+) (begin|end) -->)");
+  std::set<std::string> benches;
+  for (std::sregex_iterator it(cmake.begin(), cmake.end(), kBench), end; it != end; ++it) {
+    benches.insert((*it)[1]);
+  }
+  ASSERT_GT(benches.size(), 10u) << "no benches found in bench/CMakeLists.txt";
+  for (const auto& b : benches) {
+    EXPECT_NE(page.find("\n<!-- bench:" + b + " begin -->\n"), std::string::npos)
+        << "docs/benchmarks.md has no section for " << b
+        << " (add `## " << b << "` and its two marker lines, then run scripts/bench-markdown.sh)";
+    EXPECT_NE(page.find("\n<!-- bench:" + b + " end -->\n"), std::string::npos) << b;
+    std::string source = ReadFile(root / "bench" / (b + ".cc"));
+    EXPECT_NE(source.find("Report::Wanted"), std::string::npos)
+        << "bench/" << b << ".cc prints no --markdown section (bench/report.h)";
+  }
+  for (std::sregex_iterator it(page.begin(), page.end(), kMarker), end; it != end; ++it) {
+    EXPECT_TRUE(benches.count((*it)[1])) << "docs/benchmarks.md has a section of "
+                                          << (*it)[1] << ", which bench/CMakeLists.txt lacks";
   }
 }
 
