@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "base/strings.h"
+#include "base/terminal_text.h"
 #include "cli/commands.h"
 #include "cli/version.h"
 
@@ -19,8 +20,9 @@ std::string Cli::StoreRoot() const {
 }
 
 int Cli::Fail(const Error& error) {
-  err_ << "cloister: error: " << error.message() << "\n";
-  if (!error.hint().empty()) err_ << "Hint: " << error.hint() << "\n";
+  // SECURITY: a message may quote guest-chosen text (a path, a host, an agent's error).
+  err_ << "cloister: error: " << TerminalSafe(error.message(), true) << "\n";
+  if (!error.hint().empty()) err_ << "Hint: " << TerminalSafe(error.hint(), true) << "\n";
   exit_code = error.code() == ErrorCode::kInvalidArgument ? kExitUsage : kExitError;
   return exit_code;
 }

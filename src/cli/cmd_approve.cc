@@ -24,6 +24,7 @@
 
 #include "base/json_util.h"
 #include "base/strings.h"
+#include "base/terminal_text.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -36,11 +37,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s.substr(0, 200)) out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-  return out;
-}
+// SECURITY: guest text (base/terminal_text.h), at most 200 bytes of it.
+std::string Printable(const std::string& s) { return TerminalSafe(std::string_view(s).substr(0, 200)); }
 
 // The grant an answer typed at the prompt means; deny unless it is one of the offered ones.
 std::string GrantFromAnswer(const std::string& typed, const json& offered) {

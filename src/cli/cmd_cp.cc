@@ -36,7 +36,7 @@
 #include "protocol/contract.h"
 #include "store/store.h"
 #include "supervisor/launcher.h"
-#include "transfer/safe_text.h"
+#include "base/terminal_text.h"
 #include "transfer/tar.h"
 
 namespace cloister::cli {
@@ -140,7 +140,7 @@ Result<GuestRun> RunOnStream(int stream, const std::vector<std::string>& argv, i
   auto exit = channel::RunExec(stream, req, io, control);
   close(stream);
   GuestRun run;
-  run.err = transfer::TerminalSafe(ReadBounded(err_fd, 2048), true);
+  run.err = TerminalSafe(ReadBounded(err_fd, 2048), true);
   while (!run.err.empty() && run.err.back() == '\n') run.err.pop_back();
   close(err_fd);
   if (cap_fd >= 0) {

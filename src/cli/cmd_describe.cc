@@ -1,3 +1,4 @@
+#include "base/terminal_text.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
 #include "supervisor/control.h"
@@ -60,11 +61,11 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     std::ostream& out = cli.out();
     out << "Name:        " << c.name << "\n"
         << "State:       " << vm::VmStateName(vs.state)
-        << (vs.detail.empty() ? "" : " (" + vs.detail + ")")
-        << (vs.hint.empty() ? "" : "; " + vs.hint) << "\n";
+        << (vs.detail.empty() ? "" : " (" + TerminalSafe(vs.detail) + ")")
+        << (vs.hint.empty() ? "" : "; " + TerminalSafe(vs.hint)) << "\n";
     if (c.compromised) {
       out << "Compromised: YES since " << FormatUtcIso8601(c.compromised_at) << ": "
-          << c.compromised_reason << "\n             (it will not start; fix: cloister wipe "
+          << TerminalSafe(c.compromised_reason) << "\n             (it will not start; fix: cloister wipe "
           << c.name << ")\n";
     } else {
       out << "Compromised: no\n";

@@ -4,7 +4,7 @@
 // default, each line labelled; -f follows them until the supervisor exits (or Ctrl-C).
 //
 // SECURITY: the console is guest-written bytes, and the supervisor log quotes guest text too: both
-// are printed terminal-safe (transfer/safe_text.h) so no escape sequence from the guest reaches
+// are printed terminal-safe (base/terminal_text.h) so no escape sequence from the guest reaches
 // the user's terminal, unless --raw asks for the bytes as they are.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@
 #include "store/store.h"
 #include "supervisor/state.h"
 #include "supervisor/workspace.h"
-#include "transfer/safe_text.h"
+#include "base/terminal_text.h"
 
 namespace cloister::cli {
 namespace {
@@ -114,7 +114,7 @@ struct LogFile {
       }
       if (!shown) return;
     }
-    out << label << (raw ? line : transfer::TerminalSafe(line)) << "\n";
+    out << label << (raw ? line : TerminalSafe(line)) << "\n";
   }
 
   // Reads what was appended since the last call and prints its complete lines (and, if `final`,

@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "base/subprocess.h"
+#include "base/terminal_text.h"
 #include "cli/commands.h"
 #include "cli/remote.h"
 #include "cli/store_verbs.h"
@@ -80,7 +81,7 @@ void ListAllContexts(Cli& cli, const std::string& store_flag, bool json) {
     if (note.empty() && r.value("compromised", false)) note = "COMPROMISED";
     std::snprintf(line, sizeof(line), "%-14s %-28s %-24s %-10s ", r.value("context", "").c_str(),
                   r.value("host", "").c_str(), r.value("name", "").c_str(), r.value("state", "").c_str());
-    cli.out() << line << note << "\n";
+    cli.out() << line << TerminalSafe(note) << "\n";
   }
 }
 
@@ -168,7 +169,8 @@ void AddLsCommand(CLI::App& app, Cli& cli) {
                     vm::VmStateName(vs.state), FormatSize(s.total_allocated).c_str(),
                     s.config ? s.config->checkpoints.size() : 0,
                     s.config ? s.config->mac.c_str() : "-");
-      cli.out() << line << note << "\n";
+      // SECURITY: a note can quote the supervisor's detail of a broken VM (guest-influenced).
+      cli.out() << line << TerminalSafe(note) << "\n";
     }
   });
 }

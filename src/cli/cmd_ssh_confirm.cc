@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "base/strings.h"
+#include "base/terminal_text.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "lifecycle/lifecycle.h"
@@ -21,12 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // SECURITY: the text comes from the guest (via the supervisor): no control characters reach the
-// terminal.
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s.substr(0, 200)) out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-  return out;
-}
+// terminal (base/terminal_text.h), at most 200 bytes of it.
+std::string Printable(const std::string& s) { return TerminalSafe(std::string_view(s).substr(0, 200)); }
 
 Status Listen(Cli& cli, const std::string& name) {
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(cli.StoreRoot()));

@@ -2,6 +2,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "base/terminal_text.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "proxy/trace.h"
@@ -34,8 +35,12 @@ std::string Leaks(const proxy::TraceRecord& r) {
     if (!s.empty()) s += ",";
     s += l.credential + "@" + l.where + "/" + l.encoding + ":" + l.action;
   }
-  return s;
+  return TerminalSafe(s);
 }
+
+// SECURITY: the method, host, path and error of a record are the guest's choice (the request it
+// sent); they reach the terminal only through TerminalSafe (--json prints them as JSON).
+std::string Shown(const std::string& guest_text) { return TerminalSafe(guest_text); }
 
 struct Opts {
   std::string name;
@@ -67,16 +72,16 @@ void AddTraceCommand(CLI::App& app, Cli& cli) {
         return;
       }
       for (const auto& r : *recs) {
-        cli.out() << Time(r.time_ms) << "  " << r.status << "  " << r.method << " " << r.host
-                  << r.path << "  " << r.bytes_up << "/" << r.bytes_down << " B  " << std::fixed
+        cli.out() << Time(r.time_ms) << "  " << r.status << "  " << Shown(r.method) << " "
+                  << Shown(r.host) << Shown(r.path) << "  " << r.bytes_up << "/" << r.bytes_down << " B  " << std::fixed
                   << std::setprecision(1) << r.latency_ms << " ms";
         if (!r.swaps.empty()) {
           cli.out() << "  swaps=";
-          for (size_t i = 0; i < r.swaps.size(); ++i) cli.out() << (i ? "," : "") << r.swaps[i];
+          for (size_t i = 0; i < r.swaps.size(); ++i) cli.out() << (i ? "," : "") << Shown(r.swaps[i]);
         }
         if (!r.leaks.empty()) cli.out() << "  LEAK " << Leaks(r);
-        if (!r.mode.empty()) cli.out() << "  [" << r.mode << "]";
-        if (!r.error.empty()) cli.out() << "  (" << r.error << ")";
+        if (!r.mode.empty()) cli.out() << "  [" << Shown(r.mode) << "]";
+        if (!r.error.empty()) cli.out() << "  (" << Shown(r.error) << ")";
         cli.out() << "\n";
       }
     });
@@ -106,7 +111,7 @@ void AddTraceCommand(CLI::App& app, Cli& cli) {
       }
       cli.out() << "HOST\tREQUESTS\tERRORS\tUP\tDOWN\tSWAPS\tLEAKS\tP50_MS\tP99_MS\n";
       for (const auto& h : hosts) {
-        cli.out() << h.host << "\t" << h.requests << "\t" << h.errors << "\t" << h.bytes_up << "\t"
+        cli.out() << Shown(h.host) << "\t" << h.requests << "\t" << h.errors << "\t" << h.bytes_up << "\t"
                   << h.bytes_down << "\t" << h.swaps << "\t" << h.leaks << "\t" << std::fixed
                   << std::setprecision(1) << h.p50_ms << "\t" << h.p99_ms << "\n";
       }
@@ -140,7 +145,8 @@ void AddTraceCommand(CLI::App& app, Cli& cli) {
         for (const auto& r : *recs) {
           if (r.leaks.empty()) continue;
           cli.out() << Time(r.time_ms) << "  " << (r.blocked ? "BLOCKED" : "flagged") << "  "
-                    << r.method << " " << r.host << r.path << "  " << Leaks(r) << "\n";
+                    << Shown(r.method) << " " << Shown(r.host) << Shown(r.path) << "  " << Leaks(r)
+                    << "\n";
         }
       }
       if (blocked) cli.exit_code = kExitError;

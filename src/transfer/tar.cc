@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "protocol/contract.h"
-#include "transfer/safe_text.h"
+#include "base/terminal_text.h"
 
 namespace cloister::transfer {
 namespace {

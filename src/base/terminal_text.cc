@@ -1,9 +1,9 @@
-#include "transfer/safe_text.h"
+#include "base/terminal_text.h"
 
 #include <cstdint>
 #include <cstdio>
 
-namespace cloister::transfer {
+namespace cloister {
 namespace {
 
 void Escape(unsigned char c, std::string& out) {
@@ -39,6 +39,7 @@ size_t PrintableUtf8(std::string_view s, size_t i) {
   if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
   if (cp >= 0xd800 && cp <= 0xdfff) return 0;
   if (cp < 0xa0) return 0;  // C1 controls (U+0080..U+009F); U+0080..U+009F are 2-byte forms
+  if ((cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) return 0;  // bidi
   return len;
 }
 
@@ -68,4 +69,4 @@ std::string TerminalSafe(std::string_view text, bool keep_newlines) {
   return out;
 }
 
-}  // namespace cloister::transfer
+}  // namespace cloister

@@ -1,8 +1,8 @@
-#include "transfer/safe_text.h"
+#include "base/terminal_text.h"
 
 #include <gtest/gtest.h>
 
-namespace cloister::transfer {
+namespace cloister {
 namespace {
 
 // SECURITY: no byte that starts a terminal escape survives.
@@ -18,6 +18,14 @@ TEST(TerminalSafeTest, EscapesControlSequences) {
   EXPECT_EQ(TerminalSafe("\xe0\x80\x9b"), "\\xe0\\x80\\x9b");
   EXPECT_EQ(TerminalSafe("\xed\xa0\x80"), "\\xed\\xa0\\x80");
   EXPECT_EQ(TerminalSafe("\xe2\x82"), "\\xe2\\x82");
+  // Every C1 control, UTF-8 encoded; ESC; a right-to-left override (U+202E) and isolate (U+2066).
+  for (unsigned c = 0x80; c <= 0x9f; ++c) {
+    std::string enc = {static_cast<char>(0xc2), static_cast<char>(c)};
+    EXPECT_EQ(TerminalSafe(enc).find(enc), std::string::npos) << c;
+  }
+  EXPECT_EQ(TerminalSafe("\x1b"), "\\x1b");
+  EXPECT_EQ(TerminalSafe("a\xe2\x80\xaez"), "a\\xe2\\x80\\xaez");
+  EXPECT_EQ(TerminalSafe("\xe2\x81\xa6"), "\\xe2\\x81\\xa6");
 }
 
 TEST(TerminalSafeTest, KeepsText) {
@@ -28,4 +36,4 @@ TEST(TerminalSafeTest, KeepsText) {
 }
 
 }  // namespace
-}  // namespace cloister::transfer
+}  // namespace cloister
