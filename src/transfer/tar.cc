@@ -10,13 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string_view>
 #include <vector>
 
 #include "protocol/contract.h"
 #include "base/terminal_text.h"
+#include "transfer/beneath.h"
 
 namespace cloister::transfer {
 namespace {
@@ -209,8 +209,8 @@ WritePtr OpenTarWriter(FdSink* sink) {
   return w;
 }
 
-// Copies the current entry's data from `in` to `out` (a disk writer or a tar writer).
-Status CopyData(struct archive* in, struct archive* out, bool sparse, uint64_t* bytes) {
+// Copies the current entry's data from `in` to the tar writer `out`.
+Status CopyData(struct archive* in, struct archive* out, uint64_t* bytes) {
   while (true) {
     const void* buf = nullptr;
     size_t size = 0;
@@ -218,50 +218,79 @@ Status CopyData(struct archive* in, struct archive* out, bool sparse, uint64_t* 
     int r = archive_read_data_block(in, &buf, &size, &offset);
     if (r == ARCHIVE_EOF) return OkStatus();
     if (r != ARCHIVE_OK) return Corrupt(ArchiveError(in, "reading the workspace's tar"));
-    if (sparse) {
-      if (archive_write_data_block(out, buf, size, offset) != ARCHIVE_OK) {
-        return Error(ErrorCode::kIo, ArchiveError(out, "writing"));
-      }
-    } else {
-      const char* p = static_cast<const char*>(buf);
-      size_t left = size;
-      while (left > 0) {
-        la_ssize_t w = archive_write_data(out, p, left);
-        if (w <= 0) return Error(ErrorCode::kIo, ArchiveError(out, "writing"));
-        p += w;
-        left -= static_cast<size_t>(w);
-      }
+    const char* p = static_cast<const char*>(buf);
+    size_t left = size;
+    while (left > 0) {
+      la_ssize_t w = archive_write_data(out, p, left);
+      if (w <= 0) return Error(ErrorCode::kIo, ArchiveError(out, "writing"));
+      p += w;
+      left -= static_cast<size_t>(w);
     }
     *bytes += size;
   }
 }
 
-std::mutex& CwdMutex() {
-  static std::mutex mu;
-  return mu;
+// Copies the current entry's data into `fd` (a new file), sparse regions as holes, `size` long.
+Status CopyToFd(struct archive* in, int fd, int64_t size, uint64_t* bytes) {
+  while (true) {
+    const void* buf = nullptr;
+    size_t len = 0;
+    la_int64_t offset = 0;
+    int r = archive_read_data_block(in, &buf, &len, &offset);
+    if (r == ARCHIVE_EOF) break;
+    if (r != ARCHIVE_OK) return Corrupt(ArchiveError(in, "reading the workspace's tar"));
+    const char* p = static_cast<const char*>(buf);
+    while (len > 0) {
+      ssize_t w = pwrite(fd, p, len, offset);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return ErrnoError("writing a file of the copy", w < 0 ? errno : EIO);
+      p += w;
+      offset += w;
+      len -= static_cast<size_t>(w);
+      *bytes += static_cast<uint64_t>(w);
+    }
+  }
+  if (size > 0 && ftruncate(fd, size) != 0) return ErrnoError("writing a file of the copy", errno);
+  return OkStatus();
+}
+
+// Writes one checked entry (EntryChecker::Check made its name host-side and its mode safe).
+Status WriteEntry(struct archive* in, struct archive_entry* entry, BeneathWriter& out,
+                  uint64_t* bytes) {
+  ASSIGN_OR_RETURN(std::vector<std::string> path, Components(archive_entry_pathname(entry)));
+  const mode_t mode = archive_entry_perm(entry);
+  const int64_t mtime = archive_entry_mtime(entry);
+  if (const char* hardlink = archive_entry_hardlink(entry)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> target, Components(hardlink));
+    return out.MakeHardLink(path, target);
+  }
+  switch (archive_entry_filetype(entry)) {
+    case AE_IFDIR:
+      return out.MakeDirectory(path, mode, mtime);
+    case AE_IFLNK: {
+      const char* target = archive_entry_symlink(entry);
+      if (target == nullptr || *target == '\0') return Corrupt("a symlink without a target");
+      return out.MakeSymlink(path, target, mtime);
+    }
+    case AE_IFREG: {
+      const int64_t size = archive_entry_size(entry);
+      return out.WriteFile(path, mode, mtime,
+                           [&](int fd) { return CopyToFd(in, fd, size, bytes); });
+    }
+    default:
+      return Corrupt("an entry of an unexpected type");  // EntryChecker skips them first
+  }
 }
 
 }  // namespace
 
 Result<TarStats> ExtractTar(int in_fd, const std::string& dest_dir, const EntryPolicy& policy) {
-  std::lock_guard<std::mutex> lock(CwdMutex());
   ReadPtr in = OpenGuestTar(in_fd);
   if (!in) return Error(ErrorCode::kIo, "cannot read the workspace's tar stream");
-  WritePtr disk(archive_write_disk_new(), archive_write_free);
-  if (!disk) return Error(ErrorCode::kInternal, "archive_write_disk_new failed");
-  // SECURITY: no ARCHIVE_EXTRACT_OWNER/ACL/XATTR/FFLAGS; perms are masked to 0777 per entry.
-  archive_write_disk_set_options(
-      disk.get(), ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                      ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
-  // Names are relative to dest_dir: libarchive's checks apply from there down (a symlink in the
-  // user's own path to dest_dir is theirs to have).
-  int saved = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (saved < 0) return ErrnoError("open the working directory", errno);
-  if (chdir(dest_dir.c_str()) != 0) {
-    int err = errno;
-    close(saved);
-    return ErrnoError("chdir " + dest_dir, err);
-  }
+  // SECURITY: every write goes through directory fds beneath dest_dir, never through a symlink,
+  // even one made while the copy runs (beneath.h). No owners, ACLs, xattrs or flags; modes are
+  // masked to 0777 by the checker.
+  ASSIGN_OR_RETURN(BeneathWriter out, BeneathWriter::Open(dest_dir));
   EntryChecker checker(policy);
   TarStats stats;
   Status result = OkStatus();
@@ -279,31 +308,14 @@ Result<TarStats> ExtractTar(int in_fd, const std::string& dest_dir, const EntryP
       break;
     }
     if (!*keep) continue;
-    r = archive_write_header(disk.get(), entry);
-    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-      result = Error(ErrorCode::kPermissionDenied,
-                     ArchiveError(disk.get(), "refused to write an entry"),
-                     "nothing after this entry was copied");
-      break;
-    }
-    if (archive_entry_size(entry) > 0) {
-      if (Status st = CopyData(in.get(), disk.get(), true, &stats.bytes); !st.ok()) {
-        result = st;
-        break;
-      }
-    }
-    if (archive_write_finish_entry(disk.get()) != ARCHIVE_OK) {
-      result = Error(ErrorCode::kIo, ArchiveError(disk.get(), "finishing an entry"));
+    if (Status st = WriteEntry(in.get(), entry, out, &stats.bytes); !st.ok()) {
+      result = st;
       break;
     }
     ++stats.entries;
   }
-  // Directory times and modes are set at close (relative names: before the cwd goes back).
-  if (archive_write_close(disk.get()) != ARCHIVE_OK && result.ok()) {
-    result = Error(ErrorCode::kIo, ArchiveError(disk.get(), "finishing the copy"));
-  }
-  if (fchdir(saved) != 0 && result.ok()) result = ErrnoError("restore the working directory", errno);
-  close(saved);
+  // Directory modes and times once their contents are written (also after a refusal, as tar).
+  if (Status st = out.FinishDirectories(); !st.ok() && result.ok()) result = st;
   if (!result.ok()) return result.error();
   RETURN_IF_ERROR(checker.Finish());
   stats.skipped = checker.skipped();
@@ -334,7 +346,7 @@ Result<TarStats> FilterTar(int in_fd, int out_fd, const EntryPolicy& policy) {
       return Error(ErrorCode::kIo, ArchiveError(out.get(), "writing the tar stream"));
     }
     if (archive_entry_size(entry) > 0) {
-      RETURN_IF_ERROR(CopyData(in.get(), out.get(), false, &stats.bytes));
+      RETURN_IF_ERROR(CopyData(in.get(), out.get(), &stats.bytes));
     }
     ++stats.entries;
   }
@@ -405,7 +417,7 @@ Result<TarStats> WriteTar(int out_fd, const std::string& src_path, const std::st
       return Error(ErrorCode::kIo, ArchiveError(out.get(), "writing the tar stream"));
     }
     if (type == AE_IFREG && archive_entry_size(entry.get()) > 0) {
-      RETURN_IF_ERROR(CopyData(disk.get(), out.get(), false, &stats.bytes));
+      RETURN_IF_ERROR(CopyData(disk.get(), out.get(), &stats.bytes));
     }
     ++stats.entries;
   }

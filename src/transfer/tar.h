@@ -12,9 +12,10 @@
 //     skipped (counted and reported); setuid/setgid/sticky bits are cleared; owners, ACLs,
 //     xattrs and file flags are never restored;
 //   - no entry is written through a symlink: not one the archive made (no later entry may have
-//     an earlier symlink as a proper prefix) and not one already on the host (libarchive's
-//     ARCHIVE_EXTRACT_SECURE_SYMLINKS, with SECURE_NODOTDOT and SECURE_NOABSOLUTEPATHS as a
-//     second wall);
+//     an earlier symlink as a proper prefix) and not one on the host, even one the guest makes
+//     while the copy runs (DST inside a read-write share): ExtractTar writes only through
+//     directory fds, openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, files under a temporary
+//     name renamed into place (beneath.h); libarchive only reads;
 //   - a hard link may only name a regular file this same archive wrote before it.
 // A refused entry stops the copy (fail closed): what was written before it stays. The guest can
 // still fill the destination's filesystem with as many bytes as it sends (Ctrl-C stops a copy).
@@ -50,9 +51,8 @@ struct TarStats {
 };
 
 // Extracts the tar stream read from `in_fd` into the existing directory `dest_dir`, under
-// `policy`. Modes (without setuid/setgid/sticky) and mtimes are kept. Changes the process's
-// working directory to `dest_dir` while it runs (restored before it returns; calls are
-// serialised by a mutex): no other thread of the process may rely on the working directory.
+// `policy`. Modes (without setuid/setgid/sticky) and mtimes are kept. Thread safe (no working
+// directory is used: everything is relative to dest_dir's fd).
 Result<TarStats> ExtractTar(int in_fd, const std::string& dest_dir, const EntryPolicy& policy);
 
 // Re-writes the tar stream read from `in_fd` onto `out_fd` (GNU tar format) after the same

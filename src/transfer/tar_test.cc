@@ -11,11 +11,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cloister::transfer {
@@ -309,12 +311,67 @@ TEST_F(TarTest, EmptyOrGarbageIsAnError) {
   close(fd);
 }
 
-TEST_F(TarTest, WorkingDirectoryRestored) {
+TEST_F(TarTest, WorkingDirectoryUntouched) {
   fs::path before = fs::current_path();
   (void)Extract({{"top/", AE_IFDIR, 0755}, {"top/../x", AE_IFREG, 0644}});
   EXPECT_EQ(fs::current_path(), before);
   (void)Extract({{"top/", AE_IFDIR, 0755}});
   EXPECT_EQ(fs::current_path(), before);
+}
+
+// SECURITY (issue 37 item 6): `cp NAME:PATH DST` with DST inside a read-write share, whose
+// directories a root guest changes over 9p while the copy runs. A thread does the guest's part:
+// each directory the copy makes is moved aside and replaced by a symlink to a directory outside
+// DST, as fast as it can. Over many copies not one file may appear outside DST (a check of each
+// path followed by an open by path loses this race; extraction through directory fds cannot).
+TEST_F(TarTest, RacingSymlinkSwapsNeverWriteOutside) {
+  constexpr int kCopies = 40, kDirs = 8, kFiles = 24;
+  std::vector<Entry> entries = {{"top/", AE_IFDIR, 0755}};
+  for (int d = 0; d < kDirs; ++d) {
+    std::string dir = "top/d" + std::to_string(d);
+    entries.push_back({dir + "/", AE_IFDIR, 0755});
+    for (int f = 0; f < kFiles; ++f) {
+      entries.push_back({dir + "/f" + std::to_string(f), AE_IFREG, 0644, std::string(512, 'x')});
+    }
+  }
+  const std::string tar = MakeTar(entries);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> swaps{0};
+  std::thread guest([&] {
+    uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int d = -1; d < kDirs; ++d) {
+        std::string p = dest_ + "/top" + (d < 0 ? "" : "/d" + std::to_string(d));
+        struct stat st;
+        if (lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        std::string aside = dest_ + "/aside" + std::to_string(n++);
+        if (rename(p.c_str(), aside.c_str()) != 0) continue;
+        if (symlink(outside_.c_str(), p.c_str()) == 0) ++swaps;
+      }
+    }
+  });
+  int escaped_copies = 0;
+  size_t escaped_files = 0;
+  for (int i = 0; i < kCopies; ++i) {
+    int fd = MemFd(tar);
+    EntryPolicy p;
+    p.top = "top";
+    (void)ExtractTar(fd, dest_, p);  // refused or not: what counts is where the bytes went
+    close(fd);
+    size_t outside = 0;
+    for (auto it = fs::recursive_directory_iterator(outside_); it != fs::end(it); ++it) ++outside;
+    if (outside) ++escaped_copies;
+    escaped_files += outside;
+    fs::remove_all(outside_);
+    fs::create_directories(outside_);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dest_, ec)) fs::remove_all(e.path(), ec);
+  }
+  stop = true;
+  guest.join();
+  EXPECT_GT(swaps.load(), 0u) << "the racing thread never swapped a directory: the test proves nothing";
+  EXPECT_EQ(escaped_copies, 0) << escaped_files << " files written outside the destination in "
+                               << escaped_copies << " of " << kCopies << " copies";
 }
 
 // WriteTar then ExtractTar: a host tree survives with modes, mtimes and symlinks (stored, not
