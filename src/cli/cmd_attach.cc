@@ -1,15 +1,19 @@
 // `cloister attach NAME [--wait S]`: attaches the terminal to the workspace's tmux session (created
 // on first attach). Detaching (C-b d) leaves the VM and the session running. A booting workspace
-// is waited for; a paused one refuses, and a session it was in ends naming the wipe.
+// is waited for; a paused one refuses, and a session it was in ends naming the wipe. Under
+// --auto-ports each automatic forward (its host port is the host's pick) is announced on a line.
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 
 #include "channel/exec_client.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/port_watch.h"
 #include "store/store.h"
 #include "supervisor/launcher.h"
+#include "supervisor/ports.h"
 
 namespace cloister::cli {
 
@@ -31,7 +35,9 @@ void AddAttachCommand(CLI::App& app, Cli& cli) {
     if (isatty(STDERR_FILENO)) wait.progress = &cli.err();  // boot stages, on a terminal only
     auto fd = vm::OpenExecStream(**store, *name, {}, wait);
     if (!fd.ok()) return (void)cli.Fail(fd.error());
+    std::unique_ptr<AutoPortAnnouncer> ports = AnnounceAutoPorts(**store, *name, cli.err());
     auto code = channel::RunAttach(*fd);
+    ports.reset();
     close(*fd);
     if (!code.ok()) {
       return (void)cli.Fail(

@@ -47,8 +47,8 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
                   "reaches it connect to the guest's port");
   cmd->add_flag("--auto-ports", o->auto_ports,
                 "Forward every TCP port the guest listens on (loopback or any address) from "
-                "127.0.0.1, the same port number when free, else the next free one (`cloister port "
-                "NAME ls`)");
+                "127.0.0.1, on a host port the host picks, never the guest's number (`cloister port "
+                "NAME ls`, `describe`, the dashboard and a line on the attach terminal show it)");
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
   cmd->callback([&cli, o] {
     CreateRequest req;

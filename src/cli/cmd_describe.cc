@@ -1,8 +1,11 @@
 #include "base/terminal_text.h"
 #include "cli/commands.h"
+#include "cli/port_watch.h"
 #include "cli/store_verbs.h"
+#include "lifecycle/lifecycle.h"
 #include "supervisor/control.h"
 #include "supervisor/launcher.h"
+#include "supervisor/workspace.h"
 
 namespace cloister::cli {
 
@@ -27,6 +30,10 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     const WorkspaceConfig& c = info->config;
     // Live state from the supervisor's pid-file lock and socket answer (vm/state.h).
     vm::VmStatus vs = vm::WorkspaceStatus(**store, *name);
+    // The live forwards (a running VM's; an automatic one's host port is the host's pick).
+    nlohmann::json forwards = lifecycle::IsLive(vs.state)
+                                  ? LiveForwards(vm::RunPathsFor(**store, *name).supervisor_socket)
+                                  : nlohmann::json::array();
     if (*json) {
       nlohmann::json j;
       j["config"] = ConfigToJson(c);
@@ -36,6 +43,7 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
       j["directory"] = info->paths.dir;
       j["compromised"] = c.compromised;
       j["mac"] = c.mac;
+      j["forwards"] = forwards;
       j["browser"] = vs.info.contains("browser") && vs.info["browser"].is_object()
                          ? vs.info["browser"]
                          : nlohmann::json{{"state", "stopped"}};
@@ -91,6 +99,7 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
                                     ? vm::JsonString(*b, "state") : std::string("stopped"))
           << "\n";
     }
+    for (const nlohmann::json& f : forwards) out << "Port:        " << ForwardLine(f) << "\n";
     for (const Volume& v : c.volumes) {
       out << "Volume:      " << v.host << " -> " << v.guest << (v.read_only ? " (ro)" : "") << "\n";
     }

@@ -4,7 +4,18 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "cli/port_watch.h"
 #include "cli/testing.h"
+#include "supervisor/control.h"
+#include "supervisor/workspace.h"
 #include "store/store.h"
 #include "supervisor/ports.h"
 
@@ -106,6 +117,62 @@ TEST_F(PortCliTest, ChangesNeedARunningWorkspace) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(Run({"port", "ws", "open"}).code, 0);  // not an action
   EXPECT_NE(Run({"port", "nope", "ls"}).code, 0);
+}
+
+// The attach terminal's line (`attach` and `run` under --auto-ports): each automatic forward the
+// supervisor reports is announced once, with the host port the host picked; other forwards are
+// not (their port is the user's own). The supervisor here answers its control socket's "ports" op
+// as the real one does.
+TEST_F(PortCliTest, AttachTerminalAnnouncesEachAutomaticForwardOnce) {
+  testing::Outcome c = Run({"create", "ws", "--image", base_, "--home-size", "64M", "-p", "8080:80",
+                            "--auto-ports"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  auto store = Store::Open(store_);
+  ASSERT_TRUE(store.ok());
+  vm::RunPaths paths = vm::RunPathsFor(**store, "ws");
+  std::filesystem::create_directories(paths.run_dir);
+  auto lfd = vm::ListenUnix(paths.supervisor_socket);
+  ASSERT_TRUE(lfd.ok()) << lfd.error().ToString();
+  std::atomic<int> answered{0};
+  std::thread supervisor([&] {
+    nlohmann::json ports = nlohmann::json::array(
+        {{{"host_ip", "127.0.0.1"}, {"host_port", 8080}, {"guest_port", 80}, {"origin", "config"}},
+         {{"host_ip", "127.0.0.1"}, {"host_port", 41234}, {"guest_port", 5173}, {"origin", "auto"}}});
+    for (;;) {
+      int fd = accept4(*lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      vm::LineConn conn(fd);
+      auto req = conn.Read(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+      if (!req.ok() || vm::JsonString(*req, "op") != vm::kPortsControlOp) continue;
+      // The second answer has one more automatic forward.
+      if (++answered == 2) {
+        ports.push_back({{"host_ip", "127.0.0.1"}, {"host_port", 41999}, {"guest_port", 3000},
+                         {"origin", "auto"}});
+      }
+      (void)conn.Send({{"ok", true}, {"ports", ports}});
+    }
+  });
+  std::ostringstream out;
+  {
+    auto announcer = AnnounceAutoPorts(**store, "ws", out);
+    ASSERT_NE(announcer, nullptr);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (answered < 3 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling, bounded
+    }
+  }
+  shutdown(*lfd, SHUT_RDWR);
+  supervisor.join();
+  close(*lfd);
+  const std::string said = out.str();
+  EXPECT_NE(said.find("cloister: ws: published 127.0.0.1:41234 -> guest port 5173 (auto)"),
+            std::string::npos) << said;
+  EXPECT_NE(said.find("127.0.0.1:41999 -> guest port 3000 (auto)"), std::string::npos) << said;
+  EXPECT_EQ(said.find("8080"), std::string::npos) << "a -p forward announced: " << said;
+  EXPECT_EQ(said.find("41234"), said.rfind("41234")) << "announced twice: " << said;
+  // Without --auto-ports nothing is announced.
+  ASSERT_EQ(Create("plain").code, 0);
+  EXPECT_EQ(AnnounceAutoPorts(**store, "plain", out), nullptr);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/port_flags.h"
+#include "cli/port_watch.h"
 #include "cli/store_verbs.h"
 #include "cli/vault_access.h"
 #include "store/store.h"
@@ -82,8 +83,8 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
                   "(repeatable; only when the workspace is created; kept in its config). 127.0.0.1 "
                   "unless HOST_IP is given. For a running workspace: `cloister port NAME add`");
   cmd->add_flag("--auto-ports", o->auto_ports,
-                "Forward every TCP port the guest listens on from 127.0.0.1 (only when the "
-                "workspace is created)");
+                "Forward every TCP port the guest listens on from 127.0.0.1, on a host port the "
+                "host picks (announced on this terminal; only when the workspace is created)");
   cmd->add_option("--accel", o->accel, "auto, kvm or tcg")->default_str("auto");
   cmd->add_flag("-t,--tty", o->tty, "Give CMD a pseudo-terminal (default when stdin is a terminal)");
   cmd->add_option("CMD", o->argv, "Command to run (after --)");
@@ -238,6 +239,8 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
       return (void)cli.Fail(fd.error());
     }
     Result<int> code = 0;
+    // --auto-ports: each automatic forward's host port (the host's pick) on a line.
+    std::unique_ptr<AutoPortAnnouncer> announcer = AnnounceAutoPorts(store, o->name, cli.err());
     if (o->argv.empty()) {
       code = channel::RunAttach(*fd);
     } else {
@@ -249,6 +252,7 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
         code = vm::ExplainEndedSession(store, o->name, lifecycle::Action::kExec, code.error());
       }
     }
+    announcer.reset();
     close(*fd);
     cleanup();
     if (!code.ok()) return (void)cli.Fail(code.error());

@@ -374,6 +374,10 @@ int PortField(const nlohmann::json& obj, const char* key) {
 }
 }  // namespace
 
+int LocalPortFor(const RemoteForward& forward, int spec_port) {
+  return forward.origin == "config" ? spec_port : 0;
+}
+
 std::vector<RemoteForward> ParseRemoteForwards(const nlohmann::json& answer) {
   std::vector<RemoteForward> out;
   if (!answer.is_object()) return out;

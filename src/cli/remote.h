@@ -107,6 +107,12 @@ struct RemoteForward {
 };
 std::vector<RemoteForward> ParseRemoteForwards(const nlohmann::json& answer);
 
+// The port a remote forward asks for on THIS machine's loopback: a -p's HOST_PORT as the user
+// wrote it (`spec_port`; 0: any free one); anything else, an automatic forward above all, 0: a
+// port this machine picks. SECURITY: never the remote's number, which follows the guest's choice
+// (a guest that listens on 5432 must not receive what local clients send to 5432, issue 37).
+int LocalPortFor(const RemoteForward& forward, int spec_port);
+
 // A short file-name-safe id of a target ("root@127.0.0.1_2222").
 std::string TargetId(const RemoteTarget& target);
 

@@ -105,6 +105,18 @@ TEST(RemoteForwardsTest, OnlyWellFormedForwardsAreKept) {
   EXPECT_TRUE(ParseRemoteForwards(nlohmann::json::parse("[1,2]")).empty());
 }
 
+// SECURITY (issue 37 item 5): `run --auto-ports` through a remote never listens here on the
+// remote's port number (the guest's choice); a -p keeps the HOST_PORT the user wrote.
+TEST(RemoteForwardsTest, AutoForwardsGetALocalPortThisMachinePicks) {
+  for (int remote : {5432, 6379, 11434, 3128, 41003}) {
+    EXPECT_EQ(LocalPortFor({remote, remote, "auto"}, 0), 0) << remote;
+    EXPECT_EQ(LocalPortFor({remote, remote, "auto"}, 8080), 0) << remote;
+    EXPECT_EQ(LocalPortFor({remote, remote, "added"}, 0), 0) << remote;
+  }
+  EXPECT_EQ(LocalPortFor({40123, 80, "config"}, 8080), 8080);  // -p 8080:80 as written
+  EXPECT_EQ(LocalPortFor({40123, 80, "config"}, 0), 0);        // -p 0:80: any free one
+}
+
 TEST(RemoteUrlTest, RemoteSideRefusesOtherVersions) {
   EXPECT_TRUE(CheckRemoteClient(std::to_string(kRemoteProtocolVersion), kCloisterVersion).ok());
   Status old = CheckRemoteClient(std::to_string(kRemoteProtocolVersion), "0.0.9");

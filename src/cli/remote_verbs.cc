@@ -799,7 +799,7 @@ bool EndsTunnels(const std::string& verb) { return verb == "stop" || verb == "rm
 // polls the remote's `port NAME ls --json` (a quiet ssh each second; every 2 s once only
 // --auto-ports can change anything) and starts a local tunnel (StartTunnel, as `port add`) for
 // each forward it asks for: a `config` forward for each -p (matched by guest port), an `auto`
-// forward under --auto-ports (local port = the remote's when free here, else the next free one).
+// forward under --auto-ports (a local port this machine picks, LocalPortFor; announced here).
 // An auto forward the remote drops (the guest closed the port) ends its tunnel; every tunnel ends
 // when the run does (ssh's exit: the command ended, Ctrl-C, a lost connection, SIGTERM/SIGHUP of
 // this process, which is passed to ssh first). Without NAME a fresh name is picked here.
@@ -956,21 +956,15 @@ void UpdateRunTunnels(const RemoteTarget& t, const std::string& name, const json
       }
       if (spec_index < 0) continue;  // a forward of the workspace's config this run did not ask for
       ip = rt->specs[spec_index].host_ip;
-      lp = rt->specs[spec_index].host_port ? rt->specs[spec_index].host_port : FreePort(ip);
+      lp = LocalPortFor(f, rt->specs[spec_index].host_port);
     } else if (origin == "auto" && rt->auto_ports) {
       is_auto = true;
       ip = vm::kDefaultHostIp;
-      for (int c = rp; c < rp + 16 && c <= 65535 && !lp; ++c) {
-        if (c < 1024) continue;  // SECURITY: never a privileged port here, as a local auto forward
-        bool ours = false;
-        for (const auto& [r, tun] : rt->by_remote) ours |= tun.doc.value("local_port", 0) == c;
-        for (const vm::PortSpec& s : rt->specs) ours |= s.host_port == c;
-        if (!ours && !Listening(ip, c)) lp = c;
-      }
-      if (!lp) lp = FreePort(ip);
+      lp = LocalPortFor(f, 0);  // SECURITY: this machine's pick, never the remote's number
     } else {
       continue;
     }
+    if (lp == 0) lp = FreePort(ip);
     auto tun = lp > 0 ? StartTunnel(t, name, ip, lp, rp, gp)
                       : Result<Tunnel>(Error(ErrorCode::kUnavailable, "no free local port"));
     if (spec_index >= 0) rt->spec_done[spec_index] = true;

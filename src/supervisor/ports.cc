@@ -421,31 +421,38 @@ void PortForwarder::ApplyGuestReport(const std::vector<uint16_t>& guest_ports) {
       skip("at most " + std::to_string(kMaxAutoPorts) + " automatic forwards");
       continue;
     }
-    // SECURITY: the guest picks the guest port only. The host side is always loopback and never a
-    // privileged port.
-    uint32_t base = p < kFirstUnprivilegedPort ? p + kPrivilegedPortOffset : p;
-    bool done = false;
-    std::string last_error = "no free host port";
-    for (int i = 0; i < kAutoPortSearch && base + i <= 65535 && !done; ++i) {
-      uint16_t hp = static_cast<uint16_t>(base + i);
-      if (hp < kFirstUnprivilegedPort || used_host.count(hp)) continue;
-      PortSpec spec;
-      spec.host_ip = kDefaultHostIp;
-      spec.host_port = hp;
-      spec.guest_port = p;
-      auto added = AddLocked(spec, ForwardOrigin::kAuto);
-      if (added.ok()) {
-        Log("ports: guest port " + std::to_string(p) + " forwarded automatically from " +
-            added->ToString() + (hp != p ? " (" + std::to_string(p) + " was not free)" : ""));
-        used_host.insert(hp);
-        ++autos;
-        done = true;
-      } else if (added.error().code() != ErrorCode::kAlreadyExists) {
-        last_error = added.error().message();
-        break;
-      }
+    // SECURITY: the guest picks the guest port only. The host port is the host's pick: the one
+    // this guest port had before (itself the kernel's pick) when it is free, else port 0; never
+    // the guest's number. Always loopback.
+    PortSpec spec;
+    spec.host_ip = kDefaultHostIp;
+    spec.guest_port = p;
+    Result<PortSpec> added = Error(ErrorCode::kAlreadyExists, "not tried");
+    if (auto it = remembered_.find(p); it != remembered_.end() && !used_host.count(it->second)) {
+      spec.host_port = it->second;
+      added = AddLocked(spec, ForwardOrigin::kAuto);
     }
-    if (!done) skip(last_error);
+    if (!added.ok() && added.error().code() == ErrorCode::kAlreadyExists) {
+      spec.host_port = 0;
+      added = AddLocked(spec, ForwardOrigin::kAuto);
+    }
+    if (added.ok() && added->host_port < kFirstUnprivilegedPort) {
+      // Only an odd ip_local_port_range gives this: never a privileged port on the guest's say.
+      (void)RemoveLockedByPort(added->host_port);
+      added = Error(ErrorCode::kUnavailable, "the kernel picked a privileged host port");
+    }
+    if (!added.ok()) {
+      skip(added.error().message());
+      continue;
+    }
+    Log("ports: guest port " + std::to_string(p) + " forwarded automatically from " +
+        added->ToString());
+    if (remembered_.size() >= kMaxRememberedAutoPorts && !remembered_.count(p)) {
+      remembered_.erase(remembered_.begin());
+    }
+    remembered_[p] = added->host_port;
+    used_host.insert(added->host_port);
+    ++autos;
   }
   Wake();
 }
@@ -517,10 +524,21 @@ size_t PortForwarder::ServeReports(int fd, std::chrono::milliseconds min_interva
   return applied;
 }
 
+bool PortForwarder::RemoveLockedByPort(uint16_t host_port) {
+  for (auto it = listeners_.begin(); it != listeners_.end(); ++it) {
+    if (it->second.info.spec.host_port == host_port) {
+      CloseLocked(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 void PortForwarder::StopAll() {
   std::lock_guard<std::mutex> l(mu_);
   while (!listeners_.empty()) CloseLocked(listeners_.begin());
   skipped_logged_.clear();
+  remembered_.clear();
   if (report_fd_ >= 0) shutdown(report_fd_, SHUT_RDWR);  // ServeReports ends and closes it
   Wake();
 }

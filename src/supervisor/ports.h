@@ -9,16 +9,20 @@
 //     run only; also what the OAuth login calls for its loopback callback (AddForward/Remove);
 //   - auto:   `--auto-ports`: the guest agent reports its listening TCP ports on the guest-opened
 //     channel service kPortsReportService (guest/listeners.h); the host forwards each on
-//     127.0.0.1, the same port number when free, else the next free one; gone when the guest's
-//     socket closes or the report stream ends.
+//     127.0.0.1 from a port the host picks (port 0: the kernel's ephemeral range; the one it had
+//     before for that guest port this run when it is still free), shown by `cloister port NAME
+//     ls`, the dashboard and a line on the attach terminal; gone when the guest's socket closes or
+//     the report stream ends.
 // Everything goes at stop (StopAll).
 //
 // SECURITY: what a published port exposes is the guest's service to whoever can connect to the
 // host address: 127.0.0.1 (the default) is every local user of the host; a non-loopback address
 // only when the user spells it out in SPEC. The guest chooses nothing but guest port numbers: an
-// auto forward is always 127.0.0.1, never below 1024 on the host, at most kMaxAutoPorts, applied at
-// most once per report interval; the host never connects anywhere on the guest's say (a forward
-// only ever opens a stream into the guest).
+// auto forward is always 127.0.0.1 on a host port the host picked (never the guest's number, so a
+// guest that reports 5432 or 6379 never receives what host clients send to the host's own 5432 or
+// 6379, and cannot race a restarting host service for its port), never below 1024, at most
+// kMaxAutoPorts, applied at most once per report interval; the host never connects anywhere on the
+// guest's say (a forward only ever opens a stream into the guest).
 //
 // Threading: PortForwarder's methods are thread-safe. One thread (owned) accepts on every listener;
 // the StreamOpener runs on it and must not block (hand the fd to Mux::OpenAsync).
@@ -57,9 +61,7 @@ inline constexpr size_t kMaxAutoPorts = 32;          // auto forwards at once
 inline constexpr size_t kMaxReportPorts = protocol::kMaxReportedPorts;  // ports in one report line
 inline constexpr size_t kMaxReportLine = 2048;       // bytes of one report line, newline included
 inline constexpr uint16_t kFirstUnprivilegedPort = 1024;
-// A guest port below 1024 is auto-forwarded from this offset up (80 -> 8080, 443 -> 8443).
-inline constexpr uint16_t kPrivilegedPortOffset = 8000;
-inline constexpr int kAutoPortSearch = 64;            // host ports tried per auto forward
+inline constexpr size_t kMaxRememberedAutoPorts = 256;  // guest port -> the host port it last had
 
 // One published port. host_ip is a numeric IPv4 or IPv6 address in canonical text form.
 struct PortSpec {
@@ -129,10 +131,11 @@ class PortForwarder {
   Status RemoveForward(uint16_t host_port, const std::string& host_ip = "");
   std::vector<ForwardInfo> List() const;
 
-  // The guest's current set of listening ports (auto-ports): forwards the new ones (loopback, an
-  // unprivileged host port: the same number when free, else the next free one), closes those
-  // whose guest port is gone. Ports that a config/added forward already reaches are skipped; past
-  // kMaxAutoPorts the rest are skipped (logged).
+  // The guest's current set of listening ports (auto-ports): forwards the new ones (loopback, a
+  // host port the host picks: the one this guest port had before in this forwarder when it is
+  // free, else port 0, the kernel's choice), closes those whose guest port is gone. Ports that a
+  // config/added forward already reaches are skipped; past kMaxAutoPorts the rest are skipped
+  // (logged).
   void ApplyGuestReport(const std::vector<uint16_t>& guest_ports);
   void ClearAuto();
 
@@ -154,6 +157,7 @@ class PortForwarder {
   void Wake();
   Result<PortSpec> AddLocked(const PortSpec& spec, ForwardOrigin origin);
   void CloseLocked(std::map<int, Listener>::iterator it);
+  bool RemoveLockedByPort(uint16_t host_port);
   void Log(const std::string& line) const;
 
   Options opts_;
@@ -165,6 +169,9 @@ class PortForwarder {
   int report_fd_ = -1;     // the report stream being served (one at a time)
   std::atomic<uint64_t> report_generation_{0};
   std::set<uint16_t> skipped_logged_;  // auto ports already logged as skipped
+  // The host port each guest port last had (host-picked, never the guest's number): a dev server
+  // that restarts finds its forward where it was. Bounded (kMaxRememberedAutoPorts).
+  std::map<uint16_t, uint16_t> remembered_;
 };
 
 }  // namespace cloister::vm

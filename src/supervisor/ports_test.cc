@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -309,41 +311,59 @@ TEST(PortForwarderTest, TakenHostPortIsAClearError) {
   EXPECT_FALSE(f.AddForward(nowhere).ok());
 }
 
-// SECURITY: an automatic forward listens on 127.0.0.1 only (a wildcard bind would also take
-// connections to 127.0.0.2), on the guest's port number when it is free.
-TEST(PortForwarderTest, AutoForwardIsLoopbackOnlyAndSamePortWhenFree) {
+// The kernel's ephemeral port range (what bind to port 0 picks from).
+std::pair<int, int> EphemeralRange() {
+  int lo = 32768, hi = 60999;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
+    fclose(f);
+  }
+  return {lo, hi};
+}
+
+// SECURITY (issue 37 item 5): an automatic forward gets a host port the HOST picks, never the
+// guest's number: a guest that reports 5432, 6379, 11434 or 3128 must not receive what host
+// clients send to those ports. It listens on 127.0.0.1 only (a wildcard bind would also take
+// connections to 127.0.0.2). A guest port that goes and comes back gets the host port it had.
+TEST(PortForwarderTest, AutoForwardNeverTakesTheGuestsPortNumber) {
   EchoServer guest;
   ASSERT_TRUE(guest.ok());
-  uint16_t gp = guest.port();
-  // The echo server already has gp on this host (the "guest" shares our loopback): so the auto
-  // forward must move to the next free port; a second guest port that is free stays the same.
-  uint16_t free_port = static_cast<uint16_t>(testnet::FreeLoopbackPort());
+  const uint16_t gp = guest.port();
+  const auto [lo, hi] = EphemeralRange();
   LoopbackGuest g;
   PortForwarder f(g.Options());
-  f.ApplyGuestReport({gp, free_port});
+  // Ports host services listen on, free here or not: the guest asks for each.
+  const std::vector<uint16_t> wanted = {5432, 6379, 11434, 3128, 8080, 5173};
+  std::vector<uint16_t> report = wanted;
+  report.push_back(gp);
+  f.ApplyGuestReport(report);
   auto ls = f.List();
-  ASSERT_EQ(ls.size(), 2u);
+  ASSERT_EQ(ls.size(), report.size());
+  uint16_t gp_host = 0;
   for (const ForwardInfo& i : ls) {
     EXPECT_EQ(i.origin, ForwardOrigin::kAuto);
     EXPECT_EQ(i.spec.host_ip, "127.0.0.1");
-    if (i.spec.guest_port == free_port) {
-      EXPECT_EQ(i.spec.host_port, free_port);
-    }
-    if (i.spec.guest_port == gp) {
-      EXPECT_NE(i.spec.host_port, gp);
-      EXPECT_GT(i.spec.host_port, gp);
-      int c = ConnectTo("127.0.0.1", i.spec.host_port);
-      ASSERT_GE(c, 0);
-      EXPECT_EQ(ReadLine(c), "hello " + std::to_string(gp) + "\n");
-      close(c);
-      EXPECT_LT(ConnectTo("127.0.0.2", i.spec.host_port), 0) << "listening beyond 127.0.0.1";
-    }
+    EXPECT_NE(i.spec.host_port, i.spec.guest_port)
+        << "the host listens on the port number the guest chose: " << i.spec.ToString();
+    EXPECT_GE(i.spec.host_port, lo) << i.spec.ToString() << " is not the kernel's pick";
+    EXPECT_LE(i.spec.host_port, hi) << i.spec.ToString() << " is not the kernel's pick";
+    if (i.spec.guest_port == gp) gp_host = i.spec.host_port;
   }
-  // Gone when the guest's socket closes (the next report leaves it out).
+  ASSERT_NE(gp_host, 0);
+  int c = ConnectTo("127.0.0.1", gp_host);
+  ASSERT_GE(c, 0);
+  EXPECT_EQ(ReadLine(c), "hello " + std::to_string(gp) + "\n");
+  close(c);
+  EXPECT_LT(ConnectTo("127.0.0.2", gp_host), 0) << "listening beyond 127.0.0.1";
+
+  // Gone when the guest's socket closes (the next report leaves it out) ...
+  f.ApplyGuestReport({});
+  EXPECT_TRUE(f.List().empty());
+  // ... and back on the same host port (the host's earlier pick) when it comes back.
   f.ApplyGuestReport({gp});
   ls = f.List();
   ASSERT_EQ(ls.size(), 1u);
-  EXPECT_EQ(ls[0].spec.guest_port, gp);
+  EXPECT_EQ(ls[0].spec.host_port, gp_host);
   f.ClearAuto();
   EXPECT_TRUE(f.List().empty());
 }

@@ -152,6 +152,13 @@ TEST_F(PortsVmTest, GuestServersReachedThroughPublishedAddedAndAutoPorts) {
                                std::chrono::seconds(60)))
       << Ports().dump();
   std::cerr << "[auto forward: guest 8083 -> host " << hp3 << "]\n";
+  // SECURITY (issue 37 item 5): the host picked the port, not the guest; `describe` (and the
+  // dashboard through it) shows the mapping.
+  EXPECT_NE(hp3, 8083) << "the host listens on the port number the guest chose";
+  auto described = Cloister({"describe", "ws", "--json"});
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  EXPECT_NE(described.out.find("\"host_port\": " + std::to_string(hp3)), std::string::npos)
+      << described.out;
   EXPECT_NE(GetWhenUp("127.0.0.1", hp3, "hello-8083").find("hello-8083"), std::string::npos);
   // The agent's own listeners (proxy 3128, transparent 3129, DNS 53) are never reported.
   for (int own : {3128, 3129, 53}) EXPECT_EQ(AutoHostPort(own), 0) << own;

@@ -134,6 +134,10 @@ async function viewWorkspace(name) {
                  ['Directory', d.directory], ['MAC', d.mac],
                  ['Disks', size(d.total_apparent_bytes) + ' apparent, ' + size(d.total_allocated_bytes) + ' allocated']];
   if (c.ports) facts.push(['Ports', JSON.stringify(c.ports)]);
+  // The live forwards: an automatic one's host port is the host's pick, never the guest's number.
+  (d.forwards || []).forEach(f => facts.push(['Published',
+    (String(f.host_ip).includes(':') ? '[' + f.host_ip + ']' : f.host_ip) + ':' + f.host_port +
+    ' -> guest port ' + f.guest_port + ' (' + f.origin + ')']));
   const layers = (d.layers || []).map(l => el('tr', {},
     el('td', {}, l.disk), el('td', {}, l.file), el('td', {}, l.role), el('td', {}, l.format),
     el('td', {}, size(l.apparent_bytes)), el('td', {}, size(l.allocated_bytes))));
