@@ -22,8 +22,10 @@ case "$level" in
   *) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
 esac
 
-# Node.js may come from a vendor package that bundles npm; only ask Debian for it when absent.
-if [ "$level" = test ] && ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
+# npm (level run): `cloister image build --test` fetches the test image's pinned npm tarball with
+# it on first use (src/image/npm_tarball.h). Node.js may come from a vendor package that bundles
+# npm; only ask Debian for it when absent.
+if [ "$level" != build ] && ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -36,7 +38,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# npm tarballs for the tests (level test): npm itself for the test image, and the coding agents'
+# npm tarballs for the tests (level test), fetched ahead of time so no test fetches: npm itself
+# for the test image (an image build would fetch it on first use), and the coding agents'
 # CLIs the VM tests install in a guest from a local fake registry (tests never reach a registry).
 # `npm pack` fetches them from npm's default registry once; each is checked against its pinned
 # integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h (npm) and

@@ -1,9 +1,11 @@
 #include "image/npm_tarball.h"
 
 #include <openssl/evp.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -52,13 +54,75 @@ Result<std::string> VerifiedNpmTarball(const NpmTarball& t, const std::string& c
     return Error(ErrorCode::kNotFound,
                  "npm tarball " + std::string(t.name) + "@" + std::string(t.version) +
                      " is not in the cache " + cache_dir,
-                 "run `scripts/install-deps.sh test` (it runs `npm pack` into that cache)");
+                 "an image build fetches it with `npm pack`; so does `scripts/install-deps.sh test`");
   }
   ASSIGN_OR_RETURN(std::string got, NpmIntegrityOfFile(path));
   if (got != t.integrity) {
     return Error(ErrorCode::kCorrupt,
                  path + ": integrity " + got + " is not the pinned " + std::string(t.integrity),
-                 "delete it and run `scripts/install-deps.sh test` again");
+                 "delete it; the next image build fetches it again");
+  }
+  return path;
+}
+
+Result<std::string> EnsureNpmTarball(const NpmTarball& t, const std::string& cache_dir,
+                                     const std::function<void(const std::string&)>& progress) {
+  const std::string spec = std::string(t.name) + "@" + std::string(t.version);
+  const std::string path = cache_dir + "/" + std::string(t.file);
+  if (access(path.c_str(), F_OK) == 0) return VerifiedNpmTarball(t, cache_dir);
+  if (!ProgramExists("npm")) {
+    return Error(ErrorCode::kUnavailable,
+                 "npm tarball " + spec + " is not in the cache " + cache_dir +
+                     ", and npm is not installed to fetch it",
+                 "install npm (`scripts/install-deps.sh run` does), or put " +
+                     std::string(t.file) + " there");
+  }
+  RETURN_IF_ERROR(MakeDirs(cache_dir));
+  // SECURITY: the fetched bytes are untrusted until their digest equals the pin; they stay in a
+  // directory of their own until then and are deleted on any failure.
+  std::string tmpl = cache_dir + "/.fetch-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) return ErrnoError("mkdtemp in " + cache_dir, errno);
+  const std::string tmp = tmpl;
+  auto fail = [&](Error e) -> Result<std::string> {
+    (void)RemoveTree(tmp);
+    return e;
+  };
+  if (progress) progress("image: fetching " + spec + " into " + cache_dir + " (npm pack, once) ...");
+  RunOptions o;
+  o.env_set = {{"npm_config_update_notifier", "false"}, {"npm_config_fund", "false"},
+               {"npm_config_audit", "false"}};
+  o.timeout = std::chrono::minutes(10);
+  auto r = RunProcess({"npm", "pack", "--silent", "--pack-destination", tmp, spec}, o);
+  if (!r.ok()) return fail(r.error().WithContext("npm pack " + spec));
+  if (!r->success()) {
+    std::string err = r->err;
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    if (err.size() > 400) err = "..." + err.substr(err.size() - 400);
+    return fail(Error(ErrorCode::kUnavailable,
+                      "npm pack " + spec + " failed" + (r->timed_out ? " (timed out)" : "") +
+                          (err.empty() ? "" : ": " + err),
+                      "check npm's registry and proxy settings (npm config list), then build "
+                      "again"));
+  }
+  const std::string fetched = tmp + "/" + std::string(t.file);
+  auto got = NpmIntegrityOfFile(fetched);
+  if (!got.ok()) {
+    return fail(got.error().WithContext("npm pack " + spec + " wrote no " + std::string(t.file)));
+  }
+  if (*got != t.integrity) {
+    return fail(Error(ErrorCode::kCorrupt,
+                      "npm pack " + spec + " fetched a tarball whose integrity " + *got +
+                          " is not the pinned " + std::string(t.integrity) + "; nothing was kept",
+                      "the registry served other bytes for a pinned version: do not use them"));
+  }
+  std::error_code ec;
+  uint64_t size = fs::file_size(fetched, ec);
+  fs::rename(fetched, path, ec);
+  if (ec) return fail(Error(ErrorCode::kInternal, "rename to " + path + ": " + ec.message()));
+  (void)RemoveTree(tmp);
+  if (progress) {
+    progress("image: fetched " + spec + " (" + std::to_string(size >> 10) +
+             " KiB), integrity checked against the pin");
   }
   return path;
 }

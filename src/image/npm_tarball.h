@@ -1,9 +1,11 @@
 // npm tarballs the images carry (npm itself in the test image) and the host cache they come from.
-// scripts/install-deps.sh (level `test`) fills the cache with `npm pack`, which uses npm's own
-// default registry; image builds never touch the network for them: they read the cache and check
-// each tarball's pinned integrity (npm's SRI form, "sha512-<base64>").
+// An image build fetches a pinned tarball into the cache on first use (`npm pack`, npm's own
+// default registry and settings) and uses a cached one after that; either way the bytes are
+// checked against the pinned integrity (npm's SRI form, "sha512-<base64>") before anything uses
+// them. scripts/install-deps.sh (level `test`) fills the same cache for the tests ahead of time.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +36,15 @@ Result<std::string> NpmIntegrityOfFile(const std::string& path);
 // Path of `t` in the cache after checking its integrity. Missing: kNotFound with the hint to run
 // install-deps; a different digest: kCorrupt (never used).
 Result<std::string> VerifiedNpmTarball(const NpmTarball& t, const std::string& cache_dir);
+
+// Path of `t` in the cache, fetched on first use. When the cache holds no such file, `npm pack`
+// fetches it into a temporary directory inside the cache, its integrity is checked against the
+// pin, and only a tarball that matches is renamed into place; `progress` (may be empty) gets a
+// line before the fetch and one after. npm missing: kUnavailable naming what to install; npm
+// failing: its error; a different digest, fetched or cached: kCorrupt, and nothing fetched is
+// kept.
+Result<std::string> EnsureNpmTarball(const NpmTarball& t, const std::string& cache_dir,
+                                     const std::function<void(const std::string&)>& progress);
 
 // Unpacks a verified tarball's `package/` directory to `dest` (which must not exist yet).
 Status UnpackNpmTarball(const std::string& tarball, const std::string& dest);

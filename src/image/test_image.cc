@@ -270,9 +270,10 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& o) {
   std::string root = work + "/rootfs";
   RETURN_IF_ERROR(MakeDirs(root));
   for (size_t i = 0; i + 1 < debs.size(); ++i) RETURN_IF_ERROR(ExtractDeb(debs[i].path, root));
-  ASSIGN_OR_RETURN(std::string npm_tgz, VerifiedNpmTarball(kTestImageNpm, o.npm_cache_dir.empty()
-                                                                              ? NpmCacheDir()
-                                                                              : o.npm_cache_dir));
+  ASSIGN_OR_RETURN(std::string npm_tgz,
+                   EnsureNpmTarball(kTestImageNpm,
+                                    o.npm_cache_dir.empty() ? NpmCacheDir() : o.npm_cache_dir,
+                                    o.progress));
   RETURN_IF_ERROR(UnpackNpmTarball(npm_tgz, root + "/usr/local/lib/node_modules/npm"));
   std::vector<catalog::PostInstallStep> steps = TestPostInstall();
   RETURN_IF_ERROR(RunPostInstall(steps, root));
