@@ -3,7 +3,8 @@
 // own body transform with a login in custody (so a body carrying its refresh placeholder reaches
 // the refresh path), the token response parsers on the same bytes, and login capture: the
 // provider's answer to a login (LoginFromTokenResponse for both kinds, and CaptureLogin through
-// the filter for an authorization code exchange).
+// the filter for an authorization code exchange), the deep scan of every token host answer
+// (FindForeignToken, token_scan.h) and the API path checks (CheckApiPath, api_paths.h).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,7 +13,9 @@
 #include "oauth/custody.h"
 #include "oauth/login_response.h"
 #include "oauth/oauth_filter.h"
+#include "oauth/api_paths.h"
 #include "oauth/token_body.h"
+#include "oauth/token_scan.h"
 
 using namespace cloister;
 using namespace cloister::oauth;
@@ -54,9 +57,11 @@ void ThroughFilter(OauthFilter& filter, const char* host, const char* target, st
   head.host = host;
   head.headers = {{"Content-Type", "application/json"}};
   auto v = filter.OnRequestHead(head);
-  if (v.ok() && v->body) {
-    auto d = v->body->Data(in);
-    if (d.ok()) (void)v->body->End();
+  if (v.ok() && (v->body || v->response)) {
+    if (v->body) {
+      auto d = v->body->Data(in);
+      if (d.ok()) (void)v->body->End();
+    }
     if (v->response) {
       proxy::ResponseHead rh;
       rh.status = 200;
@@ -77,10 +82,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)SwapRefreshToken(in, "REAL");
   (void)ParseTokenResponse(in);
   (void)RewriteTokenResponse(in, "A", "R", "");
+  (void)FindForeignToken(in, [](std::string_view t) { return t.size() % 2 == 0; });
+  (void)CheckApiPath(vault::CredentialKind::kClaudeSubscription, {"/a/*"}, in);
+  (void)ParseAllowedPath(vault::CredentialKind::kClaudeSubscription, in);
 
   (void)LoginFromTokenResponse(vault::CredentialKind::kClaudeSubscription, in, 1800000000000);
   (void)LoginFromTokenResponse(vault::CredentialKind::kChatgptSubscription, in, 1800000000000);
   ThroughFilter(filter, "platform.claude.com", "/v1/oauth/token", in);
   ThroughFilter(filter, "auth.openai.com", "/oauth/token", in);
+  ThroughFilter(filter, "auth.openai.com", "/page", in);  // a token host's other answers
   return 0;
 }

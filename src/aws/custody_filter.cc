@@ -38,9 +38,10 @@ std::string TokenIn(std::string_view authorization, std::string* basic_user) {
 }
 
 // Puts the real token back for a minted token's placeholder in Authorization (Basic password or
-// Bearer). Returns whether it did; an error refuses the request.
+// Bearer). Returns whether it did (and reports the swap in `swapped`); an error refuses it.
 // SECURITY: parses the guest's header; the real token goes only into the upstream-bound head.
-Result<bool> SwapToken(proxy::RequestHead& head, CredentialCustody& custody) {
+Result<bool> SwapToken(proxy::RequestHead& head, CredentialCustody& custody,
+                       std::vector<proxy::SwappedValue>& swapped) {
   std::string* authz = FindHeader(head, "authorization");
   if (!authz || authz->size() > kMaxHeaderValue) return false;
   std::string user = "\x01";
@@ -52,6 +53,7 @@ Result<bool> SwapToken(proxy::RequestHead& head, CredentialCustody& custody) {
     return real.error();
   }
   *authz = user == "\x01" ? "Bearer " + *real : "Basic " + vault::Base64Encode(user + ":" + *real);
+  swapped.push_back({kMintedValues, std::move(real).value(), token});
   return true;
 }
 
@@ -93,14 +95,25 @@ namespace {
 // For a SigV4-signed request: `service` gets its scope's service, and when it is signed with a
 // minted credential's placeholder key id, the re-signer holding that credential's minted secrets
 // (null otherwise: not SigV4, unparseable, or another key, which the other filters judge).
+// `swapped` (may be null) gets the minted values the re-signed request carries: the real key id
+// and session token in place of their placeholders.
 Result<std::unique_ptr<Resigner>> MintedResigner(const RequestHead& a, CredentialCustody& custody,
-                                                 std::string* service) {
+                                                 std::string* service,
+                                                 std::vector<proxy::SwappedValue>* swapped) {
   if (!LooksSigV4Signed(a)) return std::unique_ptr<Resigner>();
   auto auth = ParseSigV4(a);
   if (!auth.ok()) return std::unique_ptr<Resigner>();
   *service = auth->service;
   if (!custody.IsPlaceholderKeyId(auth->access_key_id)) return std::unique_ptr<Resigner>();
   ASSIGN_OR_RETURN(AwsSecrets secrets, custody.SecretsFor(auth->access_key_id));
+  if (swapped) {
+    if (!secrets.placeholder_access_key_id.empty()) {
+      swapped->push_back({kMintedValues, secrets.access_key_id, secrets.placeholder_access_key_id});
+    }
+    if (!secrets.session_token.empty()) {
+      swapped->push_back({kMintedValues, secrets.session_token, secrets.placeholder_token});
+    }
+  }
   return std::make_unique<Resigner>(std::move(secrets));
 }
 
@@ -111,13 +124,14 @@ CustodyFilter::CustodyFilter(std::shared_ptr<CredentialCustody> custody, std::ve
 
 Result<proxy::ExtensionVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead& head) {
   proxy::ExtensionVerdict verdict;
-  ASSIGN_OR_RETURN(bool swapped, SwapToken(head, *custody_));
+  ASSIGN_OR_RETURN(bool swapped, SwapToken(head, *custody_, verdict.swapped));
   verdict.handled = swapped;
   if (!vault::HostInAnyScope(head.host, scope_)) return verdict;
 
   RequestHead a = ToAws(head);
   std::string sigv4_service;
-  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted, MintedResigner(a, *custody_, &sigv4_service));
+  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted,
+                   MintedResigner(a, *custody_, &sigv4_service, &verdict.swapped));
   if (minted) {
     // SECURITY: signed with a minted placeholder: verified against the placeholder secret and
     // token, re-signed with the minted ones; anything else is refused here.
@@ -157,7 +171,8 @@ Result<proxy::ExtensionVerdict> CustodyFilter::OnRequestHead(proxy::RequestHead&
 Status CustodyFilter::OnFullBody(proxy::RequestHead& head, std::string_view body) {
   RequestHead a = ToAws(head);
   std::string sigv4_service;
-  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted, MintedResigner(a, *custody_, &sigv4_service));
+  ASSIGN_OR_RETURN(std::unique_ptr<Resigner> minted,
+                   MintedResigner(a, *custody_, &sigv4_service, nullptr));
   if (minted) {
     RETURN_IF_ERROR(minted->ResignWithBody(a, body));
     FromAws(a, head);

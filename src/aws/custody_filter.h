@@ -29,6 +29,9 @@
 
 namespace cloister::aws {
 
+// The name the trace and the response redaction give the minted values this filter puts back.
+inline constexpr char kMintedValues[] = "aws:minted";
+
 class CustodyFilter : public proxy::ExtensionFilter {
  public:
   // `scope`: the AWS hosts (exact or subdomain) whose requests may be re-signed and whose vending

@@ -10,6 +10,7 @@
 #include "aws/sigv4.h"
 #include "aws/vending.h"
 #include "base/strings.h"
+#include "proxy/redactor.h"
 #include "vault/credential.h"
 #include "vault/crypto.h"
 
@@ -400,6 +401,18 @@ TEST_F(CustodyTest, JsonServicesSsoCognitoEcrCodeArtifact) {
   ASSERT_TRUE(rv.ok()) << rv.error().message();
   EXPECT_TRUE(rv->handled);
   EXPECT_EQ(HeaderOf(reg, "authorization"), "Basic " + vault::Base64Encode("AWS:" + password));
+  // SECURITY (issue 37 item 3): the value put back is reported, so the proxy redacts it from the
+  // registry's answer (an echo of the header gives the guest its placeholder back).
+  ASSERT_EQ(rv->swapped.size(), 1u);
+  EXPECT_EQ(rv->swapped[0].credential, kMintedValues);
+  EXPECT_EQ(rv->swapped[0].real, password);
+  EXPECT_EQ(rv->swapped[0].placeholder, guest->substr(4));
+  {
+    proxy::Redactor red;
+    red.Add(rv->swapped[0].real, rv->swapped[0].placeholder);
+    std::string echo = red.Apply("you sent: " + HeaderOf(reg, "authorization"));
+    EXPECT_EQ(echo.find(vault::Base64Encode("AWS:" + password).substr(8, 40)), std::string::npos);
+  }
   // The workspace's re-signer (which refuses any non-SigV4 Authorization in scope) leaves it to
   // custody.
   AwsProxyFilter ws(AwsSecrets{"AKIAWORKSPACEKEY0001", "RealWorkspaceSecret", "", "PhWorkspaceSecret", ""},
@@ -427,8 +440,12 @@ TEST_F(CustodyTest, JsonServicesSsoCognitoEcrCodeArtifact) {
   std::string guest_ca = nlohmann::json::parse(*r)["authorizationToken"];
   proxy::RequestHead npm = Head("d-123456789012.d.codeartifact.eu-west-1.amazonaws.com", "GET", "/npm/r/x");
   npm.headers.push_back({"Authorization", "Bearer " + guest_ca});
-  ASSERT_TRUE(filter_->OnRequestHead(npm).ok());
+  auto nv = filter_->OnRequestHead(npm);
+  ASSERT_TRUE(nv.ok());
   EXPECT_EQ(HeaderOf(npm, "authorization"), "Bearer " + ca_token);
+  ASSERT_EQ(nv->swapped.size(), 1u);  // reported for the response redaction
+  EXPECT_EQ(nv->swapped[0].real, ca_token);
+  EXPECT_EQ(nv->swapped[0].placeholder, guest_ca);
 
   EXPECT_EQ(traced_.size(), 4u);
   // Malformed JSON vending responses are refused.

@@ -33,13 +33,24 @@ inline constexpr char kSessionTokenId[] = "aws:session-token";
 class AwsProxyFilter : public proxy::ExtensionFilter {
  public:
   // `scope`: lower-case host names; a request host matches one exactly or as a subdomain.
+  // `credential`: the vault credential's id (what consent asks about and the trace names).
   AwsProxyFilter(AwsSecrets secrets, std::vector<std::string> scope,
-                 std::shared_ptr<CredentialCustody> custody = nullptr);
+                 std::shared_ptr<CredentialCustody> custody = nullptr,
+                 std::string credential = "aws");
+  ~AwsProxyFilter() override;
+  // The credential, for every request this filter re-signs: in scope and signed (or carrying an
+  // Authorization header), and not one of a minted credential's (the CustodyFilter's).
+  std::vector<std::string> WouldSwap(const proxy::RequestHead& head) const override;
   Result<proxy::ExtensionVerdict> OnRequestHead(proxy::RequestHead& head) override;
   Status OnFullBody(proxy::RequestHead& head, std::string_view body) override;
 
  private:
+  bool Resigns(const RequestHead& a) const;
   Resigner resigner_;
+  std::string credential_;
+  // SECURITY: the real session token the re-signed request carries, and its placeholder: the
+  // verdict reports them (the answer is redacted of the token).
+  std::string token_, token_placeholder_;
   std::vector<std::string> scope_;
   std::shared_ptr<CredentialCustody> custody_;  // may be null
 };

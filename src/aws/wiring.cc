@@ -36,7 +36,8 @@ Result<int> AddAwsFilters(proxy::ProxyConfig& cfg) {
       t.placeholder = b.aws_token_placeholder;
       tokens.push_back(std::move(t));
     }
-    cfg.extension_filters.push_back(std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts, custody));
+    cfg.extension_filters.push_back(
+        std::make_shared<AwsProxyFilter>(SecretsFor(b), c.hosts, custody, c.id));
     for (const std::string& h : c.hosts) {
       if (std::find(scope.begin(), scope.end(), h) == scope.end()) scope.push_back(h);
     }

@@ -125,5 +125,40 @@ TEST_F(CredImportTest, RefusesWhatIsNotALoginWithTheFix) {
   EXPECT_NE(add.err.find("cred import"), std::string::npos) << add.err;
 }
 
+// SECURITY (issue 37 items 1 and 4): a login's policy (ask, allowed paths) is set by `cred
+// policy` only: importing the login again keeps it (a re-import used to reset ask to off); the
+// minting scope a login file lists is not kept; a path that mints is never allowed.
+TEST_F(CredImportTest, ReimportKeepsThePolicyAndDropsTheMintingScope) {
+  std::string minting = file_ + ".minting";
+  std::string text = oauth::testing::ClaudeFile(provider_.access(), provider_.refresh());
+  text.replace(text.find(R"("scopes":[)"), 10, R"("scopes":["org:create_api_key",)");
+  std::ofstream(minting) << text;
+  ASSERT_EQ(Run({"cred", "import", "dev", "claude", "--from", minting}).code, 0);
+  Outcome set = Run({"cred", "policy", "dev", "claude-subscription", "--ask", "always",
+                     "--allow-path", "/v1/files/*"});
+  ASSERT_EQ(set.code, 0) << set.err;
+  EXPECT_NE(set.out.find("claude-subscription allowed path: /v1/files/*"), std::string::npos)
+      << set.out;
+  Outcome mint = Run({"cred", "policy", "dev", "claude-subscription", "--allow-path",
+                      "/api/oauth/claude_cli/create_api_key"});
+  EXPECT_NE(mint.code, 0);
+  EXPECT_NE(mint.err.find("never allowed"), std::string::npos) << mint.err;
+  Outcome absent = Run({"cred", "policy", "dev", "claude-subscription", "--remove-path", "/x"});
+  EXPECT_NE(absent.code, 0);
+
+  // The same login imported again (the user logged in on the host once more): policy kept.
+  ASSERT_EQ(Run({"cred", "import", "dev", "claude", "--from", minting}).code, 0);
+  Outcome ls = Run({"cred", "ls", "dev", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  const auto c = nlohmann::json::parse(ls.out)["credentials"][0];
+  EXPECT_EQ(c["ask"], "always") << ls.out;
+  EXPECT_EQ(c["allow_paths"], nlohmann::json::array({"/v1/files/*"})) << ls.out;
+  for (const auto& scope : c["login"]["scopes"]) EXPECT_NE(scope, "org:create_api_key") << ls.out;
+  EXPECT_FALSE(c["login"]["scopes"].empty());
+  Outcome text_ls = Run({"cred", "ls", "dev"});
+  EXPECT_NE(text_ls.out.find("  ask: always"), std::string::npos) << text_ls.out;
+  EXPECT_NE(text_ls.out.find("  also used on: /v1/files/*"), std::string::npos) << text_ls.out;
+}
+
 }  // namespace
 }  // namespace cloister::cli

@@ -62,6 +62,8 @@ void AddCredLsVerb(CLI::App& cred, Cli& cli) {
           // Not secret: what the login is, whose, until when, and when it was last refreshed
           // (the running workspace's refreshes are saved here).
           const vault::OauthLogin& l = c.oauth;
+          // The paths of its API host the token is used on besides its client's own.
+          arr.back()["allow_paths"] = c.allow_paths;
           arr.back()["login"] = {{"account", l.account},
                                  {"plan", l.plan},
                                  {"scopes", l.scopes},
@@ -111,6 +113,10 @@ void AddCredLsVerb(CLI::App& cred, Cli& cli) {
                       << " and not saved (in flight, or interrupted: if the workspace is not "
                          "running, the login may be lost; log in again in the workspace or "
                          "`cloister cred import`)\n";
+          }
+          if (c["ask"] != "off") cli.out() << "  ask: " << c["ask"].get<std::string>() << "\n";
+          for (const auto& p : c["allow_paths"]) {
+            cli.out() << "  also used on: " << p.get<std::string>() << "\n";
           }
           continue;
         }

@@ -4,6 +4,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/cred_verbs.h"
 #include "cli/vault_access.h"
+#include "oauth/api_paths.h"
 #include "oauth/host_login.h"
 #include "store/layout.h"
 #include "store/store.h"
@@ -27,6 +29,7 @@ namespace cloister::cli {
 void AddCredPolicyVerb(CLI::App& cred, Cli& cli) {
   struct Opts {
     std::string name, cred, llm_body, ask;
+    std::vector<std::string> allow_paths, remove_paths;
   };
   auto o = std::make_shared<Opts>();
   auto* pol = cred.add_subcommand(
@@ -35,13 +38,23 @@ void AddCredPolicyVerb(CLI::App& cred, Cli& cli) {
       "placeholder found in a request body sent to an LLM provider ('flag': forward, record in "
       "the trace; default; 'block': refuse, pause the VM and mark the workspace compromised); "
       "and, for one credential CRED, --ask: 'once' (its first use waits for `cloister approve "
-      "NAME`, the grant's length decides after that), 'always' (every use asks) or 'off'");
+      "NAME`, the grant's length decides after that), 'always' (every use asks) or 'off'; for a "
+      "subscription login (claude-subscription, chatgpt-subscription), --allow-path: a path of "
+      "its API host its token is also used on (by default only the paths its pinned client needs "
+      "for inference and its login; a path that mints a credential is never allowed). A policy "
+      "is changed only here: adding or importing a credential again, and a login captured in the "
+      "workspace or refreshed, keep it");
   pol->add_option("NAME", o->name, "Workspace")->required();
   pol->add_option("CRED", o->cred,
                   "Credential id for --ask (`cloister cred ls NAME`: anthropic, github, "
                   "header:x-api-key, ...)");
   pol->add_option("--llm-body", o->llm_body, "flag or block");
   pol->add_option("--ask", o->ask, "With CRED: once, always or off");
+  pol->add_option("--allow-path", o->allow_paths,
+                  "With a login CRED: also use its token on this path of its API host, exact "
+                  "(/v1/files) or everything below (/v1/files/*); repeatable");
+  pol->add_option("--remove-path", o->remove_paths,
+                  "With a login CRED: stop using its token on a path --allow-path added");
   pol->callback([&cli, o] {
     auto run = [&]() -> Status {
       std::optional<vault::LlmBodyPolicy> set;
@@ -59,8 +72,13 @@ void AddCredPolicyVerb(CLI::App& cred, Cli& cli) {
         ASSIGN_OR_RETURN(vault::ConsentAsk a, vault::ParseConsentAsk(o->ask));
         ask = a;
       }
+      const bool paths = !o->allow_paths.empty() || !o->remove_paths.empty();
+      if (paths && o->cred.empty()) {
+        return Error(ErrorCode::kInvalidArgument, "--allow-path needs the login it is for",
+                     "`cloister cred policy " + o->name + " claude-subscription --allow-path PATH`");
+      }
       ASSIGN_OR_RETURN(VaultAccess access,
-                       OpenVaultAccess(cli, o->name, set.has_value() || ask.has_value()));
+                       OpenVaultAccess(cli, o->name, set.has_value() || ask.has_value() || paths));
       ASSIGN_OR_RETURN(vault::Vault v, vault::Vault::Open(access.location));
       const vault::Credential* target = nullptr;
       if (!o->cred.empty()) {
@@ -73,15 +91,38 @@ void AddCredPolicyVerb(CLI::App& cred, Cli& cli) {
         }
       }
       if (set) v.set_llm_body_policy(*set);
-      if (ask) {
-        vault::Credential c = *target;
-        c.ask = *ask;
-        v.Put(std::move(c));
-        target = v.Find(ToLower(o->cred));
+      if (ask || paths) {
+        std::vector<std::string> allowed = target->allow_paths;
+        if (paths && !vault::IsSubscriptionKind(target->kind)) {
+          return Error(ErrorCode::kInvalidArgument,
+                       "--allow-path is for subscription logins; " + target->id +
+                           " is used wherever its hosts are",
+                       "narrow its hosts instead (`cloister cred add " + o->name + " KIND --host`)");
+        }
+        for (const std::string& p : o->allow_paths) {
+          ASSIGN_OR_RETURN(std::string path, oauth::ParseAllowedPath(target->kind, p));
+          if (std::find(allowed.begin(), allowed.end(), path) == allowed.end()) {
+            allowed.push_back(path);
+          }
+        }
+        for (const std::string& p : o->remove_paths) {
+          auto it = std::find(allowed.begin(), allowed.end(), p);
+          if (it == allowed.end()) {
+            return Error(ErrorCode::kNotFound, target->id + " has no allowed path " + p,
+                         "see `cloister cred policy " + o->name + " " + target->id + "`");
+          }
+          allowed.erase(it);
+        }
+        std::string id = target->id;
+        RETURN_IF_ERROR(v.SetPolicy(id, ask ? *ask : target->ask, std::move(allowed)));
+        target = v.Find(id);
       }
-      if (set || ask) RETURN_IF_ERROR(v.Save());
+      if (set || ask || paths) RETURN_IF_ERROR(v.Save());
       if (target) {
         cli.out() << target->id << " ask: " << vault::ConsentAskName(target->ask) << "\n";
+        for (const std::string& p : target->allow_paths) {
+          cli.out() << target->id << " allowed path: " << p << "\n";
+        }
         if (ask && *ask != vault::ConsentAsk::kOff) {
           cli.err() << "cloister: uses of " << target->id << " wait for `cloister approve "
                     << o->name << "` (refused when nobody answers)\n";

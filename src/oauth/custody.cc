@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "base/strings.h"
+#include "oauth/api_paths.h"
 #include "oauth/login_response.h"
 #include "vault/crypto.h"
 #include "vault/placeholder.h"
@@ -45,6 +46,7 @@ LoginCustody::LoginCustody(vault::BoundCredential bound, PersistFn persist, Trac
       id_(bound.credential.id),
       api_hosts_(bound.credential.hosts),
       token_hosts_(bound.credential.oauth.token_hosts),
+      allow_paths_(bound.credential.allow_paths),
       access_ph_(bound.placeholder),
       refresh_ph_(bound.refresh_placeholder),
       id_ph_(bound.id_token_placeholder),
@@ -70,6 +72,14 @@ bool LoginCustody::IsAccessPlaceholder(std::string_view token) const {
 
 bool LoginCustody::IsRefreshPlaceholder(std::string_view token) const {
   return !refresh_ph_.empty() && token == refresh_ph_;
+}
+
+bool LoginCustody::IsPlaceholder(std::string_view token) const {
+  if (IsAccessPlaceholder(token) || IsRefreshPlaceholder(token)) return true;
+  if (kind_ == vault::CredentialKind::kChatgptSubscription) {
+    return !id_sig_.empty() && vault::JwtSignature(token) == id_sig_;
+  }
+  return !id_ph_.empty() && token == id_ph_;
 }
 
 Status LoginCustody::SaveLocked() {
@@ -201,6 +211,7 @@ Result<std::string> LoginCustody::CompleteRefresh(std::string_view provider_body
     for (const std::string& s : Split(t.scope, ' ')) {
       if (!s.empty()) next.oauth.scopes.push_back(s);
     }
+    next.oauth.scopes = WithoutMintingScopes(next.oauth.scopes);  // api_paths.h
   }
   next.oauth.last_refresh = now / 1000;
   next.oauth.refresh_started_at = 0;

@@ -79,6 +79,11 @@ class LoginCustody {
   // placeholder's signature; its header and payload follow the real token's and are not checked).
   bool IsAccessPlaceholder(std::string_view token) const;
   bool IsRefreshPlaceholder(std::string_view token) const;
+  // Any of this login's placeholders (access, refresh, id; the JWT ones by their signature).
+  bool IsPlaceholder(std::string_view token) const;
+  // The paths of the API hosts the user allowed beyond the pinned clients' own (api_paths.h),
+  // as the vault had them when this custody was made (a login captured later keeps them).
+  const std::vector<std::string>& allow_paths() const { return allow_paths_; }
 
   // The current real access token (a save pending from kUnsaved is retried first; its failure
   // does not stop the request: the token in memory is the live one). "" without a login.
@@ -124,6 +129,7 @@ class LoginCustody {
   const vault::CredentialKind kind_;
   const std::string id_;
   std::vector<std::string> api_hosts_, token_hosts_;
+  const std::vector<std::string> allow_paths_;
   // Placeholders (not secret). ChatGPT: access_sig_/id_sig_ are the JWT placeholders' signatures.
   const std::string access_ph_, refresh_ph_, id_ph_, access_sig_, id_sig_;
   PersistFn persist_;

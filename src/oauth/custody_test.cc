@@ -193,7 +193,7 @@ TEST_P(CustodyTest, FilterSwapsOnlyTowardTheApiScope) {
   auto head = [&](const std::string& host, const std::string& auth) {
     proxy::RequestHead h;
     h.method = "GET";
-    h.target = "/v1/messages";
+    h.target = jwt ? "/backend-api/codex/responses" : "/v1/messages";  // api_paths.h
     h.host = host;
     h.headers = {{"Authorization", auth}};
     return h;
@@ -218,6 +218,38 @@ TEST_P(CustodyTest, FilterSwapsOnlyTowardTheApiScope) {
   auto basic = head(api, "Basic " + b.placeholder);
   ASSERT_TRUE(f.OnRequestHead(basic).ok());
   EXPECT_EQ(basic.headers[0].second, "Basic " + b.placeholder);
+}
+
+// SECURITY (issue 37 item 1): a login captured in the guest, and a refresh, replace the login
+// in the vault and keep its policy (ask, allowed paths); a captured minting scope is not kept.
+TEST_P(CustodyTest, ACaptureAndARefreshKeepTheLoginsPolicy) {
+  bool jwt = GetParam();
+  FakeProvider p(jwt);
+  TempVault tv;
+  vault::BoundCredential b = tv.Import(p, jwt);
+  {
+    auto v = vault::Vault::Open(tv.loc, vault::KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    ASSERT_TRUE(v->SetPolicy(b.credential.id, vault::ConsentAsk::kAlways, {"/v1/files"}).ok());
+    ASSERT_TRUE(v->Save().ok());
+  }
+  LoginCustody c(b, VaultPersister(tv.loc, vault::KeyBackend::kFile), nullptr,
+                 [] { return int64_t{1800000000000}; },
+                 VaultPersister(tv.loc, vault::KeyBackend::kFile, "", /*create=*/true));
+  nlohmann::json answer = nlohmann::json::parse(ProviderAnswer(p, jwt));
+  answer["scope"] = "user:inference user:profile org:create_api_key";
+  auto captured = c.CaptureLogin(answer.dump());
+  ASSERT_TRUE(captured.ok()) << captured.error().ToString();
+  vault::Credential stored = tv.Stored(b.credential.id);
+  EXPECT_EQ(stored.oauth.source, "capture");
+  EXPECT_EQ(stored.ask, vault::ConsentAsk::kAlways) << "a capture reset the ask policy";
+  EXPECT_EQ(stored.allow_paths, std::vector<std::string>{"/v1/files"});
+  for (const std::string& s : stored.oauth.scopes) EXPECT_NE(s, "org:create_api_key");
+  ASSERT_TRUE(c.BeginRefresh().ok());
+  ASSERT_TRUE(c.CompleteRefresh(ProviderAnswer(p, jwt)).ok());
+  stored = tv.Stored(b.credential.id);
+  EXPECT_EQ(stored.ask, vault::ConsentAsk::kAlways) << "a refresh reset the ask policy";
+  EXPECT_EQ(stored.allow_paths, std::vector<std::string>{"/v1/files"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, CustodyTest, ::testing::Values(false, true),

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_util.h"
+#include "oauth/api_paths.h"
 #include "vault/crypto.h"
 
 namespace cloister::oauth {
@@ -83,6 +84,9 @@ Result<vault::Credential> LoginFromClaudeFile(std::string_view credentials_json,
       if (s.is_string()) login.scopes.push_back(s.get<std::string>());
     }
   }
+  // SECURITY: a minting scope (org:create_api_key) is not kept (api_paths.h): the workspace's
+  // first refresh asks for the stored scopes only, and the minting paths are refused meanwhile.
+  login.scopes = WithoutMintingScopes(login.scopes);
   bool inference = false;
   for (const auto& s : login.scopes) inference |= s == "user:inference";
   if (!inference) {

@@ -4,6 +4,7 @@
 
 #include "base/json_util.h"
 #include "base/strings.h"
+#include "oauth/api_paths.h"
 #include "oauth/host_login.h"
 #include "oauth/token_body.h"
 #include "vault/crypto.h"
@@ -46,6 +47,9 @@ Result<vault::Credential> LoginFromTokenResponse(vault::CredentialKind kind,
   for (const std::string& s : Split(t.scope, ' ')) {
     if (!s.empty() && login.scopes.size() < 64) login.scopes.push_back(s);
   }
+  // SECURITY: a minting scope (org:create_api_key) is not kept (api_paths.h): the next refresh
+  // asks for the stored scopes only, and the minting paths are refused meanwhile.
+  login.scopes = WithoutMintingScopes(login.scopes);
   if (kind == vault::CredentialKind::kClaudeSubscription) {
     bool inference = false;
     for (const std::string& s : login.scopes) inference |= s == "user:inference";

@@ -1,5 +1,8 @@
 #include "oauth/token_body.h"
 
+#include <set>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
@@ -68,23 +71,55 @@ Status CheckSize(std::string_view body, size_t max) {
 
 }  // namespace
 
+// Parses a JSON document, refusing any object with a key twice (nlohmann keeps the last one).
+// The parser is iterative (no recursion on nesting depth).
+Result<nlohmann::json> ParseJsonUniqueKeys(std::string_view body) {
+  std::vector<std::set<std::string>> open;  // the keys of each object being parsed
+  bool duplicate = false;
+  nlohmann::json::parser_callback_t cb = [&](int, nlohmann::json::parse_event_t event,
+                                             nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      open.emplace_back();
+    } else if (event == E::object_end) {
+      if (!open.empty()) open.pop_back();
+    } else if (event == E::key && !open.empty() && parsed.is_string()) {
+      duplicate |= !open.back().insert(parsed.get<std::string>()).second;
+    }
+    return true;
+  };
+  nlohmann::json j = nlohmann::json::parse(body, cb, false);
+  if (j.is_discarded()) return Error(ErrorCode::kInvalidArgument, "token request: malformed JSON");
+  if (duplicate) {
+    j.clear();
+    return Error(ErrorCode::kInvalidArgument, "token request: a JSON key appears twice");
+  }
+  return j;
+}
+
 Result<TokenRequest> ParseTokenRequest(std::string_view body) {
   RETURN_IF_ERROR(CheckSize(body, kMaxTokenBody));
   TokenRequest r;
+  const char* kFields[] = {"grant_type", "refresh_token", "scope", "requested_token"};
+  std::string* kOut[] = {&r.grant_type, &r.refresh_token, &r.scope, &r.requested_token};
   if (LooksJson(body)) {
-    nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      return Error(ErrorCode::kInvalidArgument, "token request: malformed JSON");
+    ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonUniqueKeys(body));
+    if (!j.is_object()) return Error(ErrorCode::kInvalidArgument, "token request: malformed JSON");
+    for (size_t i = 0; i < 4; ++i) {
+      auto it = j.find(kFields[i]);
+      if (it == j.end()) continue;
+      if (!it->is_string()) {
+        j.clear();
+        return Error(ErrorCode::kInvalidArgument,
+                     std::string("token request: ") + kFields[i] + " is not a string");
+      }
+      *kOut[i] = it->get<std::string>();
     }
-    if (j.contains("grant_type") && j["grant_type"].is_string()) {
-      r.grant_type = j["grant_type"].get<std::string>();
-    }
-    if (j.contains("refresh_token") && j["refresh_token"].is_string()) {
-      r.refresh_token = j["refresh_token"].get<std::string>();
-    }
+    j.clear();
     return r;
   }
   r.json = false;
+  std::set<std::string> seen;
   for (const std::string& pair : Split(body, '&')) {
     if (pair.empty()) continue;
     size_t eq = pair.find('=');
@@ -96,8 +131,13 @@ Result<TokenRequest> ParseTokenRequest(std::string_view body) {
                                              "0123456789_.-") != std::string::npos) {
       return Error(ErrorCode::kInvalidArgument, "token request: not a form (bad field name)");
     }
-    if (key == "grant_type") r.grant_type = std::move(value);
-    else if (key == "refresh_token") r.refresh_token = std::move(value);
+    if (!seen.insert(key).second) {
+      return Error(ErrorCode::kInvalidArgument, "token request: the form field " + key +
+                                                    " appears twice");
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      if (key == kFields[i]) *kOut[i] = std::move(value);
+    }
   }
   return r;
 }

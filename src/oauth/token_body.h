@@ -22,8 +22,14 @@ struct TokenRequest {
   bool json = true;           // JSON object (Claude Code, Codex) or urlencoded form
   std::string grant_type;     // "refresh_token", "authorization_code", ...
   std::string refresh_token;  // as sent (in the guest: a placeholder)
+  std::string scope;          // space separated, as sent ("" when absent)
+  std::string requested_token;  // a token exchange's requested_token ("openai-api-key")
 };
 
+// SECURITY: a field that appears twice (a form key, or a JSON key in any object at any depth) is
+// refused: servers differ on whether the first or the last one counts, and the proxy's reading
+// must be the provider's. A grant_type, refresh_token, scope or requested_token that is not a
+// string is refused too.
 Result<TokenRequest> ParseTokenRequest(std::string_view body);
 
 // `body` with its refresh_token field set to `real` (same format; other fields untouched).

@@ -32,6 +32,24 @@ TEST(TokenBodyTest, RefusesMalformedAndHuge) {
   EXPECT_FALSE(ParseTokenRequest(std::string(kMaxTokenBody + 1, 'a')).ok());
 }
 
+// SECURITY (issue 37 item 8): a field given twice is read differently by different servers
+// (first or last wins): refused, in a form and in JSON at any depth.
+TEST(TokenBodyTest, RefusesAFieldGivenTwice) {
+  EXPECT_FALSE(ParseTokenRequest("grant_type=refresh_token&refresh_token=a&refresh_token=b").ok());
+  EXPECT_FALSE(ParseTokenRequest("grant_type=refresh_token&grant_type=authorization_code").ok());
+  EXPECT_FALSE(ParseTokenRequest("client_id=a&client_id=b").ok());
+  EXPECT_FALSE(ParseTokenRequest(R"({"refresh_token":"a","refresh_token":"b"})").ok());
+  EXPECT_FALSE(ParseTokenRequest(R"({"grant_type":"x","a":{"b":1,"b":2}})").ok());
+  EXPECT_FALSE(ParseTokenRequest(R"({"grant_type":["refresh_token"]})").ok());
+  auto ok = ParseTokenRequest(R"({"grant_type":"refresh_token","a":{"b":1},"c":{"b":2},"scope":"x y"})");
+  ASSERT_TRUE(ok.ok()) << ok.error().ToString();
+  EXPECT_EQ(ok->scope, "x y");
+  auto exchange = ParseTokenRequest("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Atoken-exchange"
+                                    "&requested_token=openai-api-key");
+  ASSERT_TRUE(exchange.ok());
+  EXPECT_EQ(exchange->requested_token, "openai-api-key");
+}
+
 TEST(TokenBodyTest, SwapsOnlyTheRefreshToken) {
   auto j = SwapRefreshToken(R"({"grant_type":"refresh_token","refresh_token":"PH","client_id":"c"})",
                             "REAL");

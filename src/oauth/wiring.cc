@@ -65,7 +65,7 @@ Result<std::shared_ptr<OauthFilter>> AddOauthFilters(
     b.credential.oauth.id_token.clear();
   }
   for (auto& e : extra) cfg.credentials.push_back(std::move(e));
-  auto filter = std::make_shared<OauthFilter>(std::move(logins));
+  auto filter = std::make_shared<OauthFilter>(std::move(logins), cfg.workspace);
   cfg.extension_filters.push_back(filter);
   return filter;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "proxy/credential_use.h"
 #include "vault/crypto.h"
 
 namespace cloister::proxy {
@@ -12,7 +13,8 @@ Status BodySwapFilter::OnRequestHead(Exchange& ex) {
   if (!ex.origin.tls || !ex.names_agree) return OkStatus();
   for (size_t i : ex.in_scope) {
     const auto& b = ex.ctx.config->credentials[i];
-    if (!b.credential.body_substitution) continue;
+    if (!WouldSwapInBody(ex, i)) continue;  // credential_use.h: what consent asked about
+    RETURN_IF_ERROR(CheckConsented(ex, i));
     ex.body_subst.push_back(i);
     ex.redactor.Add(b.credential.value, b.placeholder);
   }

@@ -23,10 +23,12 @@ Chain DefaultChain() {
   f.push_back(std::make_unique<ConsentFilter>());             // ask-credentials: a grant, else 403
   f.push_back(std::make_unique<HeaderSubstitutionFilter>());  // placeholder -> real, headers
   f.push_back(std::make_unique<HopByHopFilter>());            // hop-by-hop headers, 100-continue
-  f.push_back(std::make_unique<ExtensionFilterAdapter>());      // config.extension_filters (AWS re-signing)
+  // Responses: after the extension filters' response transforms (which take real tokens into
+  // custody and must see them as sent), so what the guest finally gets is redacted.
+  f.push_back(std::make_unique<ResponseRedactionFilter>());   // real -> placeholder, responses
+  f.push_back(std::make_unique<ExtensionFilterAdapter>());    // config.extension_filters (AWS, OAuth)
   f.push_back(std::make_unique<BodySwapFilter>());            // placeholder -> real, bodies
   f.push_back(std::make_unique<IdentityEncodingFilter>());    // plain bytes back, or 502
-  f.push_back(std::make_unique<ResponseRedactionFilter>());   // real -> placeholder, responses
   return Chain(std::move(f));
 }
 

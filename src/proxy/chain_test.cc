@@ -10,8 +10,8 @@ namespace {
 TEST(ChainTest, TheOrderIsOneList) {
   EXPECT_EQ(DefaultChain().Names(),
             (std::vector<std::string>{"destination", "detection", "name_agreement", "consent",
-                                      "header_substitution", "hop_by_hop", "extension_filters",
-                                      "body_swap", "identity_encoding", "response_redaction"}));
+                                      "header_substitution", "hop_by_hop", "response_redaction",
+                                      "extension_filters", "body_swap", "identity_encoding"}));
 }
 
 // Requests go down the list, responses come back up it; the first error stops the walk.

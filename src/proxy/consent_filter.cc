@@ -7,36 +7,11 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "proxy/credential_use.h"
 #include "proxy/exchange.h"
 #include "proxy/proxy.h"
-#include "vault/crypto.h"
 
 namespace cloister::proxy {
-
-bool RequestUsesCredential(const Exchange& ex, size_t index) {
-  const vault::BoundCredential& b = ex.ctx.config->credentials[index];
-  const vault::Credential& c = b.credential;
-  // Bodies are not read yet, and an AWS request is re-signed whenever it is in scope: both count
-  // as a use (asking too often is the safe side).
-  if (c.body_substitution || c.kind == vault::CredentialKind::kAws) return true;
-  std::vector<std::string> names = c.kind == vault::CredentialKind::kHeader
-                                       ? std::vector<std::string>{c.header}
-                                       : vault::InfoFor(c.kind).headers;
-  for (const std::string& name : names) {
-    auto range = ex.req.equal_range(name);
-    for (auto it = range.first; it != range.second; ++it) {
-      std::string_view v(it->value().data(), it->value().size());
-      // The same finder the substitution uses (also inside Basic): a swap of the placeholder by
-      // itself finds exactly what HeaderSubstitutionFilter would swap.
-      std::optional<std::string> found = SubstituteInHeader(v, b.placeholder, b.placeholder);
-      if (found) {
-        vault::SecureWipe(*found);
-        return true;
-      }
-    }
-  }
-  return false;
-}
 
 namespace {
 
@@ -101,7 +76,8 @@ Status ConsentFilter::OnRequestHead(Exchange& ex) {
         ex.consent_decided.end()) {
       continue;
     }
-    if (!RequestUsesCredential(ex, i)) continue;
+    // The one decision the swapping filters swap by (credential_use.h): every kind, every way.
+    if (!WouldSwap(ex, i).any()) continue;
     if (!ex.ctx.config->consent) {
       // SECURITY: fail closed: an ask policy with nobody to ask is a refusal, never a swap.
       ConsentAnswer none{false, "refused", "no consent broker in this proxy", 0, false};

@@ -6,7 +6,9 @@
 // supervisor implements (supervisor/consent.h: the broker, its listeners `cloister approve` and the
 // dashboard, and the timed grants). The filter sits in the chain after the name agreement and
 // before any substitution (chain.cc), so the real value of an ask-credential is never put into the
-// request before the grant.
+// request before the grant. What counts as a use is credential_use.h's WouldSwap, the decision the
+// swapping filters swap by (every kind: headers, bodies, AWS re-signing, OAuth logins); each swap
+// checks the decision again (CheckConsented).
 //
 // Waiting: filters never block. When a question is undecided the filter leaves a ticket in the
 // exchange (Exchange::consent_wait); the chain stops there (Chain::OnRequestHead), the HTTP driver
@@ -99,9 +101,5 @@ class ConsentFilter : public Filter {
   Status OnRequestHead(Exchange& ex) override;
 };
 
-// True when this request would use credential `index` (of ex.ctx.config->credentials): its
-// placeholder is in one of the credential's headers (also inside Basic), or the credential swaps
-// in bodies (the body is not read yet) or is re-signed (aws). Pure; exposed for tests.
-bool RequestUsesCredential(const Exchange& ex, size_t index);
 
 }  // namespace cloister::proxy

@@ -12,6 +12,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "proxy/credential_use.h"
 #include "proxy/destination_filter.h"
 #include "proxy/filter_test_util.h"
 #include "vault/crypto.h"
@@ -153,8 +154,9 @@ TEST_F(ConsentFilterTest, BodySwapCredentialsAskWheneverInScope) {
   auto ex = h.Make("POST", "/login", {{"Host", "api.github.com"}});
   ex->had_body = true;
   ASSERT_TRUE(DestinationFilter().OnRequestHead(*ex).ok());
-  EXPECT_TRUE(RequestUsesCredential(*ex, 1));
-  EXPECT_FALSE(RequestUsesCredential(*ex, 0));
+  EXPECT_TRUE(WouldSwap(*ex, 1).any());
+  EXPECT_TRUE(WouldSwap(*ex, 1).body);
+  EXPECT_FALSE(WouldSwap(*ex, 0).any());
 }
 
 // A ticket that wakes its waiter when decided (as the broker's does).

@@ -29,6 +29,8 @@ struct RequestHead {
   std::vector<std::pair<std::string, std::string>> headers;  // wire order, names as received
 };
 
+struct SwappedValue;  // below
+
 // Wraps the request body (after de-chunking). Output length should equal input length when the
 // body is streamed (the declared length is kept); a held body gets a recomputed Content-Length.
 class BodyTransform {
@@ -36,6 +38,9 @@ class BodyTransform {
   virtual ~BodyTransform() = default;
   virtual Result<std::string> Data(std::string_view in) = 0;  // bytes to forward now
   virtual Result<std::string> End() = 0;                      // at the end; error aborts upstream
+  // After End: the real values this transform put into the body (the proxy treats them as it
+  // treats ExtensionVerdict::swapped).
+  virtual std::vector<SwappedValue> TakeSwapped();
 };
 
 // The upstream's response head as the proxy received it (status and headers in wire order).
@@ -69,17 +74,43 @@ class ResponseTransform {
   virtual Result<std::string> OnBody(ResponseHead& head, std::string body) = 0;
 };
 
+// A real value an extension filter put into the request. The proxy (extension_filter_adapter.cc)
+// registers it with the response redactor (every form redactor.h knows: a reflecting upstream
+// hands the guest the placeholder), names `credential` in the trace record's swaps, and refuses
+// the request when `credential` is a workspace credential with an ask policy that was not decided
+// for this request (consent_filter.h: WouldSwap must have named it).
+// SECURITY: `real` is secret; the proxy wipes it once registered.
+struct SwappedValue {
+  std::string credential;   // a ProxyConfig::credentials id ("claude-subscription", "aws",
+                            // "claude-subscription:refresh") or the filter's name for a value it
+                            // holds itself ("aws:minted")
+  std::string real;         // empty: a use that puts no value on the wire (an AWS signature)
+  std::string placeholder;  // what the guest sent in its place
+};
+
+inline std::vector<SwappedValue> BodyTransform::TakeSwapped() { return {}; }
+
 struct ExtensionVerdict {
   bool handled = false;         // false: the filter does not apply; the head is left as it was
   bool need_full_body = false;  // hold the whole body (<= max_body) and call OnFullBody
   size_t max_body = 0;
   std::unique_ptr<BodyTransform> body;  // optional
   std::unique_ptr<ResponseTransform> response;  // optional: sees (and may rewrite) the response
+  // Every real value put into the request, in the head now or the body later (SwappedValue).
+  std::vector<SwappedValue> swapped;
 };
 
 class ExtensionFilter {
  public:
   virtual ~ExtensionFilter() = default;
+  // The ids of the workspace's credentials (ProxyConfig::credentials) whose real value
+  // OnRequestHead would put into this request (pure: `head` is not changed). This is what the
+  // consent filter asks about before any filter runs (credential_use.h); a filter swaps nothing
+  // else of a credential with an ask policy (the proxy refuses such a swap, SwappedValue).
+  virtual std::vector<std::string> WouldSwap(const RequestHead& head) const {
+    (void)head;
+    return {};
+  }
   // May rewrite `head`. An error: 403 with the message, nothing forwarded; kCompromised: the
   // compromise detector trips (451, callback).
   virtual Result<ExtensionVerdict> OnRequestHead(RequestHead& head) = 0;

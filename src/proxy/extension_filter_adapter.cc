@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
-namespace cloister::proxy {
-namespace {
+#include "proxy/credential_use.h"
+#include "vault/crypto.h"
 
+namespace cloister::proxy {
 namespace http = boost::beast::http;
 
-RequestHead HeadFrom(const RequestHeader& req, const Authority& target) {
+RequestHead FilterHeadOf(const RequestHeader& req, const Authority& target) {
   RequestHead h;
   h.method = std::string(req.method_string());
   h.target = std::string(req.target());
@@ -16,6 +17,8 @@ RequestHead HeadFrom(const RequestHeader& req, const Authority& target) {
   for (const auto& f : req) h.headers.push_back({std::string(f.name_string()), std::string(f.value())});
   return h;
 }
+
+namespace {
 
 void ApplyHead(const RequestHead& h, RequestHeader& req) {
   std::vector<std::string> names;
@@ -40,12 +43,30 @@ void ApplyResponse(const ResponseHead& h, ResponseHeader& res) {
   if (h.status >= 100 && h.status <= 999) res.result(static_cast<unsigned>(h.status));
 }
 
+// SECURITY: every real value an extension filter put in is a use (consent), redacted from the
+// response in every form the redactor knows, and named in the trace.
+Status TakeSwapped(Exchange& ex, std::vector<SwappedValue>& swapped) {
+  Status consented = OkStatus();
+  for (SwappedValue& s : swapped) {
+    if (consented.ok()) consented = CheckConsented(ex, s.credential);
+    if (consented.ok()) {
+      if (!s.real.empty()) ex.redactor.Add(s.real, s.placeholder);
+      if (std::find(ex.rec.swaps.begin(), ex.rec.swaps.end(), s.credential) == ex.rec.swaps.end()) {
+        ex.rec.swaps.push_back(s.credential);
+      }
+    }
+    vault::SecureWipe(s.real);
+  }
+  swapped.clear();
+  return consented;
+}
+
 }  // namespace
 
 Status ExtensionFilterAdapter::OnRequestHead(Exchange& ex) {
   const auto& filters = ex.ctx.config->extension_filters;
   if (!ex.origin.tls || !ex.names_agree || filters.empty()) return OkStatus();
-  ex.filter_head = HeadFrom(ex.req, ex.target);
+  ex.filter_head = FilterHeadOf(ex.req, ex.target);
   bool changed = false;
   for (const auto& f : filters) {
     auto v = f->OnRequestHead(ex.filter_head);
@@ -57,6 +78,7 @@ Status ExtensionFilterAdapter::OnRequestHead(Exchange& ex) {
       }
       return ex.Refuse(403, v.error().message());
     }
+    RETURN_IF_ERROR(TakeSwapped(ex, v->swapped));
     if (!v->handled) continue;
     changed = true;
     if (v->need_full_body) {
@@ -83,12 +105,17 @@ Status ExtensionFilterAdapter::OnRequestBody(Exchange& ex, std::string& data, bo
   }
   for (auto& t : ex.transforms) {
     auto out = t->Data(data);
-    if (!out.ok()) return ex.Refuse(403, "request body refused by a filter");
+    if (!out.ok()) return ex.Refuse(403, "request body refused: " + out.error().message());
     data = std::move(out).value();
     if (end) {
       auto tail = t->End();
-      if (!tail.ok()) return ex.Refuse(403, "request body refused by a filter");
+      if (!tail.ok()) return ex.Refuse(403, "request body refused: " + tail.error().message());
       data += *tail;
+      std::vector<SwappedValue> swapped = t->TakeSwapped();
+      if (Status st = TakeSwapped(ex, swapped); !st.ok()) {
+        vault::SecureWipe(data);  // it is not sent
+        return st;
+      }
     }
   }
   return OkStatus();

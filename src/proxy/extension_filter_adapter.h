@@ -4,12 +4,17 @@
 // and response transforms (ResponseTransform: OnHead, then the whole body with a recomputed
 // Content-Length when it asks to hold; a request with one is sent with Accept-Encoding: identity,
 // see IdentityEncodingFilter).
-// A filter error is 403; kCompromised trips the detector (451).
+// A filter error is 403; kCompromised trips the detector (451). The real values a filter says it
+// put in (ExtensionVerdict::swapped) are checked against the consent decisions of the request,
+// given to the response redaction and named in the trace.
 #pragma once
 
 #include "proxy/filter.h"
 
 namespace cloister::proxy {
+
+// The extension filters' view of a head (extension_filter.h RequestHead) toward `target`.
+RequestHead FilterHeadOf(const RequestHeader& req, const Authority& target);
 
 class ExtensionFilterAdapter : public Filter {
  public:

@@ -1,6 +1,7 @@
 #include "proxy/header_substitution_filter.h"
 
 #include "base/strings.h"
+#include "proxy/credential_use.h"
 #include "vault/credential.h"
 #include "vault/crypto.h"
 
@@ -38,9 +39,9 @@ Status HeaderSubstitutionFilter::OnRequestHead(Exchange& ex) {
   for (size_t i : ex.in_scope) {
     const vault::Credential& c = ex.ctx.config->credentials[i].credential;
     const std::string& ph = ex.ctx.config->credentials[i].placeholder;
-    std::vector<std::string> names = c.kind == vault::CredentialKind::kHeader
-                                         ? std::vector<std::string>{c.header}
-                                         : vault::InfoFor(c.kind).headers;
+    if (!WouldSwapInHeaders(ex, i)) continue;  // credential_use.h: what consent asked about
+    RETURN_IF_ERROR(CheckConsented(ex, i));
+    std::vector<std::string> names = SubstitutedHeaders(c);
     bool swapped = false;
     for (const std::string& name : names) {
       std::vector<std::string> values;

@@ -47,6 +47,12 @@ const KindInfo& InfoFor(CredentialKind kind) {
   return Kinds()[4];  // kHeader
 }
 
+std::vector<CredentialKind> AllCredentialKinds() {
+  std::vector<CredentialKind> out;
+  for (const KindInfo& k : Kinds()) out.push_back(k.kind);
+  return out;
+}
+
 Result<CredentialKind> ParseKind(std::string_view name) {
   std::string lower = ToLower(name);
   for (const KindInfo& k : Kinds()) {

@@ -34,6 +34,8 @@ struct KindInfo {
 };
 
 const KindInfo& InfoFor(CredentialKind kind);
+// Every kind, in declaration order (tests that must cover each one iterate over this).
+std::vector<CredentialKind> AllCredentialKinds();
 Result<CredentialKind> ParseKind(std::string_view name);
 const char* KindName(CredentialKind kind);
 
@@ -77,7 +79,13 @@ struct Credential {
   std::vector<std::string> hosts;  // scope: exact-or-subdomain, lower-case, no port
   std::string header;              // kHeader only: lower-case header name
   bool body_substitution = false;  // opt-in: also swap the placeholder inside request bodies
-  ConsentAsk ask = ConsentAsk::kOff;  // policy: ask before use (vault.h "ask")
+  // The credential's policy (`cloister cred policy`): set there only, kept by every other writer
+  // (Vault::Put keeps the stored one when a new value replaces the credential: `cred add`,
+  // `cred import`, a login captured in the guest, a refresh).
+  ConsentAsk ask = ConsentAsk::kOff;  // ask before use (vault.h "ask")
+  // Subscription kinds: paths of the API hosts the access token is swapped on besides the pinned
+  // clients' own (oauth/api_paths.h), "/exact" or "/prefix/*" (vault.h "allow_paths").
+  std::vector<std::string> allow_paths;
   // kAws only (`value` is the secret access key; nothing is substituted in headers: the proxy's
   // AWS filter re-signs, see aws/proxy_filter.h).
   std::string aws_access_key_id;  // not secret: the guest gets the real one

@@ -145,6 +145,19 @@ Result<Vault> Vault::Open(const VaultLocation& location, KeyBackend backend) {
       if (!ask.ok()) return ask.error().WithContext(location.secrets_file);
       cred->ask = *ask;
     }
+    if (c.contains("allow_paths")) {
+      // SECURITY: a malformed list fails the open (never read as "none" nor as "anything").
+      const auto& a = c["allow_paths"];
+      if (!a.is_array() || a.size() > 64) {
+        return Error(ErrorCode::kCorrupt, location.secrets_file + ": malformed allow_paths");
+      }
+      for (const auto& p : a) {
+        if (!p.is_string() || p.get<std::string>().empty() || p.get<std::string>()[0] != '/') {
+          return Error(ErrorCode::kCorrupt, location.secrets_file + ": malformed allow_paths");
+        }
+        cred->allow_paths.push_back(p.get<std::string>());
+      }
+    }
     v.credentials_.push_back(std::move(cred).value());
   }
   if (doc.contains("blobs") && doc["blobs"].is_object()) {
@@ -172,6 +185,8 @@ const Credential* Vault::Find(std::string_view id) const {
 void Vault::Put(Credential cred) {
   for (Credential& c : credentials_) {
     if (c.id == cred.id) {
+      cred.ask = c.ask;
+      cred.allow_paths = c.allow_paths;
       SecureWipe(c.value);
       SecureWipe(c.aws_session_token);
       SecureWipe(c.oauth.refresh_token);
@@ -181,6 +196,19 @@ void Vault::Put(Credential cred) {
     }
   }
   credentials_.push_back(std::move(cred));
+}
+
+Status Vault::SetPolicy(std::string_view id, ConsentAsk ask, std::vector<std::string> allow_paths) {
+  for (Credential& c : credentials_) {
+    if (c.id == id) {
+      c.ask = ask;
+      c.allow_paths = std::move(allow_paths);
+      return OkStatus();
+    }
+  }
+  return Error(ErrorCode::kNotFound, "no credential " + std::string(id) + " in workspace " +
+                                         location_.workspace,
+               "see `cloister cred ls " + location_.workspace + "`");
 }
 
 Status Vault::Remove(std::string_view id) {
@@ -211,6 +239,7 @@ Status Vault::Save(const AtomicWriter& write) const {
     creds.push_back({{"kind", KindName(c.kind)}, {"id", c.id}, {"value", c.value},
                      {"hosts", c.hosts}, {"header", c.header}, {"body", c.body_substitution}});
     if (c.ask != ConsentAsk::kOff) creds.back()["ask"] = ConsentAskName(c.ask);
+    if (!c.allow_paths.empty()) creds.back()["allow_paths"] = c.allow_paths;
     if (c.kind == CredentialKind::kAws) {
       creds.back()["aws_key_id"] = c.aws_access_key_id;
       creds.back()["aws_token"] = c.aws_session_token;

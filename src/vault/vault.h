@@ -5,7 +5,7 @@
 // The associated data is the magic line plus the workspace name, so a secrets file copied into
 // another workspace does not open. The plaintext is JSON:
 //   {"version":1,"credentials":[{"kind","id","value","hosts","header","body"
-//                                 [,"ask":"once"|"always"]
+//                                 [,"ask":"once"|"always"] [,"allow_paths":["/v1/files",...]]
 //                                 [,"aws_key_id","aws_token","aws_region"] (kind aws)
 //                                 [,"oauth":{"refresh_token","id_token","expires_at_ms","scopes",
 //                                   "plan","rate_limit_tier","account","account_id",
@@ -71,8 +71,13 @@ class Vault {
 
   const std::vector<Credential>& credentials() const { return credentials_; }
   const Credential* Find(std::string_view id) const;
-  // Adds or replaces (same id) a credential.
+  // Adds or replaces (same id) a credential. SECURITY: a replaced credential keeps its stored
+  // policy (ask, allow_paths): a new value (a rotated key, a re-import, a login captured in the
+  // guest, a refresh) never turns consent off or widens what a login reaches. Only SetPolicy
+  // changes a policy.
   void Put(Credential cred);
+  // Sets the policy of credential `id` (kNotFound when there is none).
+  Status SetPolicy(std::string_view id, ConsentAsk ask, std::vector<std::string> allow_paths);
   // kNotFound when no credential has this id.
   Status Remove(std::string_view id);
 

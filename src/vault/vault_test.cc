@@ -304,6 +304,44 @@ TEST_F(VaultTest, AskPolicyRoundTripsAndAMalformedOneFailsClosed) {
       << reopened.error().ToString();
 }
 
+// SECURITY (issue 37 item 1): a credential's policy (ask, allow_paths) is changed by SetPolicy
+// only. Every writer that replaces the credential with a new value (`cred add` of a rotated key,
+// `cred import` again, a login captured in the guest, a refresh: all go through Put) keeps it, and
+// it survives the file (a restart of the supervisor opens the vault again).
+TEST_F(VaultTest, PutKeepsThePolicyAndOnlySetPolicyChangesIt) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    OauthLogin login;
+    login.refresh_token = "sk-ant-ort01-" + std::string(95, 'r');
+    auto c = MakeOauthCredential(CredentialKind::kClaudeSubscription,
+                                 "sk-ant-oat01-" + std::string(95, 'a'), login, {});
+    ASSERT_TRUE(c.ok()) << c.error().ToString();
+    v->Put(*c);
+    ASSERT_TRUE(v->SetPolicy("claude-subscription", ConsentAsk::kAlways, {"/v1/files"}).ok());
+    EXPECT_EQ(v->SetPolicy("nothing", ConsentAsk::kOnce, {}).error().code(), ErrorCode::kNotFound);
+    // A new login of the same kind (what import, capture and refresh write): ask off, no paths.
+    login.refresh_token = "sk-ant-ort01-" + std::string(95, 's');
+    auto fresh = MakeOauthCredential(CredentialKind::kClaudeSubscription,
+                                     "sk-ant-oat01-" + std::string(95, 'b'), login, {});
+    ASSERT_TRUE(fresh.ok());
+    ASSERT_EQ(fresh->ask, ConsentAsk::kOff);
+    v->Put(*fresh);
+    EXPECT_EQ(v->Find("claude-subscription")->ask, ConsentAsk::kAlways);
+    EXPECT_EQ(v->Find("claude-subscription")->allow_paths, std::vector<std::string>{"/v1/files"});
+    EXPECT_EQ(v->Find("claude-subscription")->value, "sk-ant-oat01-" + std::string(95, 'b'));
+    ASSERT_TRUE(v->Save().ok());
+  }
+  auto v = Vault::Open(loc_, KeyBackend::kFile);
+  ASSERT_TRUE(v.ok());
+  ASSERT_NE(v->Find("claude-subscription"), nullptr);
+  EXPECT_EQ(v->Find("claude-subscription")->ask, ConsentAsk::kAlways);
+  EXPECT_EQ(v->Find("claude-subscription")->allow_paths, std::vector<std::string>{"/v1/files"});
+  auto bound = v->Bind();
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ((*bound)[0].credential.ask, ConsentAsk::kAlways);
+}
+
 TEST(ConsentAskTest, NamesParseBothWays) {
   for (ConsentAsk a : {ConsentAsk::kOff, ConsentAsk::kOnce, ConsentAsk::kAlways}) {
     auto back = ParseConsentAsk(ConsentAskName(a));
