@@ -30,8 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)Dump(LeakRows({{"name", "w"}, {"state", "paused"}, {"compromised", true}}, c.records));
   (void)CookieValue(bytes, "cloister_ui");
-  (void)IsLoopbackHost(bytes, 8080);
-  (void)IsOwnOrigin(bytes, 8080);
+  (void)ValidRunHostName(bytes);
+  (void)IsOwnHost(bytes, "0123456789abcdef0123456789abcdef.localhost", 8080);
+  (void)IsOwnOrigin(bytes, "0123456789abcdef0123456789abcdef.localhost", 8080);
   (void)ParseActionBody(bytes);
   (void)ParseQuery(bytes);
   (void)SecretEquals(bytes, "0123456789abcdef");

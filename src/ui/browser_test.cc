@@ -7,12 +7,17 @@
 // a screenshot of each view into $CLOISTER_BINARY_DIR/ui-screenshots/ (docs/ui/ holds the real
 // run's, ui_vm_test.cc; CLOISTER_UI_SCREENSHOTS=0 skips them).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
+#include <thread>
 #include <fstream>
 #include <string>
 
@@ -115,7 +120,8 @@ TEST_F(BrowserTest, DashboardInChromium) {
   auto backend = cli::MakeUiBackend(bo);
   auto server = Server::Start(*backend, ServerOptions{});
   ASSERT_TRUE(server.ok()) << server.error().ToString();
-  const std::string base = "http://127.0.0.1:" + std::to_string((*server)->port());
+  const std::string base =
+      "http://" + (*server)->host_name() + ":" + std::to_string((*server)->port());
 
   Browser b;
   ASSERT_TRUE(b.Start(testing::CdpScript())) << "chromium did not start under the CDP driver";
@@ -320,7 +326,12 @@ TEST_F(BrowserTest, UiVerbPrintsUrlServesAndStops) {
   json j = json::parse(first, nullptr, false);
   ASSERT_TRUE(j.is_object()) << first;
   std::string url = j["url"];
-  std::string prefix = "http://127.0.0.1:" + std::to_string(j["port"].get<int>()) + "/?token=";
+  // http://<32 hex>.localhost:PORT/?token=<64 hex>: the per-run name, a 32-byte token.
+  size_t name_end = url.find(".localhost:");
+  ASSERT_EQ(url.rfind("http://", 0), 0u) << url;
+  ASSERT_EQ(name_end, 7u + 32) << url;
+  std::string prefix = url.substr(0, name_end) + ".localhost:" +
+                       std::to_string(j["port"].get<int>()) + "/?token=";
   ASSERT_EQ(url.rfind(prefix, 0), 0u) << url;
   EXPECT_EQ(url.size(), prefix.size() + 64) << "a 32-byte token";
   auto curl = [](std::vector<std::string> args) {
@@ -331,10 +342,77 @@ TEST_F(BrowserTest, UiVerbPrintsUrlServesAndStops) {
   std::string root = url.substr(0, url.find("/?token="));
   EXPECT_EQ(curl({root + "/api/workspaces"}), "401");
   EXPECT_EQ(curl({url}), "303");
+  EXPECT_EQ(curl({url}), "403") << "the token bought a second session";
   kill(pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fclose(f);
+}
+
+// SECURITY (issue 37 item 2): `cloister ui --open` hands xdg-open a path, never the token (every
+// local user reads a process's argv); the file it names is the user's alone and redirects to the
+// URL, and it is gone once the token bought its session. xdg-open here is a stand-in that records
+// what it was given, as the desktop's would receive it.
+TEST_F(BrowserTest, UiOpenHandsTheBrowserAFileNotTheToken) {
+  std::string bin = dir_ + "/bin";
+  std::filesystem::create_directories(bin);
+  {
+    std::ofstream x(bin + "/xdg-open");
+    x << "#!/bin/sh\nprintf '%s\\n' \"$@\" > " << dir_ << "/argv.tmp\n"
+      << "stat -c %a \"$1\" > " << dir_ << "/mode\ncat \"$1\" > " << dir_ << "/page\n"
+      << "mv " << dir_ << "/argv.tmp " << dir_ << "/argv\n";
+  }
+  chmod((bin + "/xdg-open").c_str(), 0755);
+  std::string exe = std::string(std::getenv("CLOISTER_BINARY_DIR")) + "/src/cli/cloister";
+  std::string path = bin + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    setenv("PATH", path.c_str(), 1);
+    unsetenv("XDG_RUNTIME_DIR");
+    execl(exe.c_str(), exe.c_str(), "--store", store_.c_str(), "ui", "--json", "--open", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char* line = nullptr;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, f);
+  std::string first = n > 0 ? std::string(line, n) : "";
+  free(line);
+  json j = json::parse(first, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << first;
+  const std::string url = j["url"];
+  const std::string token = url.substr(url.find("token=") + 6);
+  ASSERT_EQ(token.size(), 64u);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir_ + "/argv") && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling, bounded
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/argv")) << "xdg-open was not run";
+  std::ifstream argv_in(dir_ + "/argv");
+  std::string argv((std::istreambuf_iterator<char>(argv_in)), {});
+  EXPECT_EQ(argv.find(token), std::string::npos) << "the token is in xdg-open's argv: " << argv;
+  EXPECT_EQ(argv.rfind("/", 0), 0u) << "xdg-open was not given a file: " << argv;
+  std::ifstream mode_in(dir_ + "/mode"), page_in(dir_ + "/page");
+  std::string mode((std::istreambuf_iterator<char>(mode_in)), {});
+  std::string page((std::istreambuf_iterator<char>(page_in)), {});
+  EXPECT_EQ(mode, "600\n");
+  EXPECT_NE(page.find("url=" + url), std::string::npos) << page;
+  std::string file = argv.substr(0, argv.find('\n'));
+  auto curl = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"});
+    auto r = RunProcess(args);
+    return r.ok() ? r->out : std::string("curl failed");
+  };
+  EXPECT_EQ(curl({url}), "303");
+  EXPECT_FALSE(std::filesystem::exists(file)) << "the page outlived the token's one use";
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
   fclose(f);
 }
 

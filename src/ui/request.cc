@@ -235,18 +235,30 @@ std::optional<std::string> CookieValue(std::string_view header, std::string_view
   return std::nullopt;
 }
 
-bool IsLoopbackHost(std::string_view host, uint16_t port) {
-  const std::string p = ":" + std::to_string(port);
-  for (std::string_view h : {"127.0.0.1", "localhost", "[::1]"}) {
-    if (host == std::string(h) + p) return true;
+bool ValidRunHostName(std::string_view name) {
+  constexpr std::string_view kSuffix = ".localhost";
+  if (name.size() != 32 + kSuffix.size() || name.substr(32) != kSuffix) return false;
+  for (char c : name.substr(0, 32)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
-  return false;
+  return true;
 }
 
-bool IsOwnOrigin(std::string_view origin, uint16_t port) {
+bool IsOwnHost(std::string_view host, std::string_view name, uint16_t port) {
+  const std::string want = std::string(name) + ":" + std::to_string(port);
+  if (name.empty() || host.size() != want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    char c = host[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != want[i]) return false;
+  }
+  return true;
+}
+
+bool IsOwnOrigin(std::string_view origin, std::string_view name, uint16_t port) {
   std::string_view rest;
   if (!Split(origin, "http://", rest)) return false;
-  return IsLoopbackHost(rest, port);
+  return IsOwnHost(rest, name, port);
 }
 
 Result<ActionBody> ParseActionBody(std::string_view body) {

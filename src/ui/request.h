@@ -84,12 +84,16 @@ bool ValidCheckpointId(std::string_view id);
 // The value of cookie `name` in a Cookie header ("a=1; b=2"), or nullopt.
 std::optional<std::string> CookieValue(std::string_view header, std::string_view name);
 
-// The Host header must name this server on loopback: "127.0.0.1:PORT", "localhost:PORT" or
-// "[::1]:PORT" with our port. Anything else (a rebound DNS name, another port) is refused.
-bool IsLoopbackHost(std::string_view host, uint16_t port);
-// An Origin header is ours when it is "http://127.0.0.1:PORT" or "http://localhost:PORT" (or
-// [::1]). "null", other ports, other hosts and https are foreign.
-bool IsOwnOrigin(std::string_view origin, uint16_t port);
+// The dashboard's per-run host name, "<32 hex>.localhost" (browsers resolve every *.localhost name
+// to loopback): its cookie, host-only, goes to no other local web app (a dev server a workspace
+// publishes on 127.0.0.1:PORT or localhost:PORT is another host for the browser).
+bool ValidRunHostName(std::string_view name);
+// The Host header must name this server: exactly "NAME:PORT" (ASCII case-insensitive, as host
+// names are). Anything else (127.0.0.1, localhost, a rebound DNS name, another port) is refused.
+bool IsOwnHost(std::string_view host, std::string_view name, uint16_t port);
+// An Origin header is ours when it is "http://NAME:PORT". "null", other ports, other hosts and
+// https are foreign.
+bool IsOwnOrigin(std::string_view origin, std::string_view name, uint16_t port);
 
 // An action's JSON body: {"confirm": bool, "checkpoint": "ID", "grant": "5m"} (all optional).
 // Bounded; any other key or type, or a grant outside request|5m|1h|vm|deny, is kInvalidArgument.

@@ -77,18 +77,29 @@ TEST(CookieTest, FindsOnlyTheNamedCookie) {
   EXPECT_EQ(CookieValue("", "cloister_ui"), std::nullopt);
 }
 
-TEST(OriginTest, OnlyOurLoopbackPort) {
-  EXPECT_TRUE(IsLoopbackHost("127.0.0.1:8080", 8080));
-  EXPECT_TRUE(IsLoopbackHost("localhost:8080", 8080));
-  EXPECT_TRUE(IsLoopbackHost("[::1]:8080", 8080));
-  for (const char* h : {"127.0.0.1:8081", "127.0.0.1", "evil.example:8080", "127.0.0.1.nip.io:8080",
-                        "localhost.evil:8080", "", "127.0.0.1:8080 "}) {
-    EXPECT_FALSE(IsLoopbackHost(h, 8080)) << h;
+// SECURITY (issue 37 item 2): the dashboard answers to its per-run name only: not 127.0.0.1 or
+// localhost (whose cookies every local web app on any port would get), not a rebound name.
+TEST(OriginTest, OnlyOurRunNameAndPort) {
+  const std::string name = "0123456789abcdef0123456789abcdef.localhost";
+  EXPECT_TRUE(ValidRunHostName(name));
+  for (const char* n : {"localhost", "0123456789abcdef.localhost", "0123456789ABCDEF0123456789abcdef.localhost",
+                        "0123456789abcdef0123456789abcdef.localhost.evil", "127.0.0.1"}) {
+    EXPECT_FALSE(ValidRunHostName(n)) << n;
   }
-  EXPECT_TRUE(IsOwnOrigin("http://127.0.0.1:8080", 8080));
-  for (const char* o : {"null", "http://127.0.0.1:8081", "https://127.0.0.1:8080",
-                        "http://evil.example", "http://127.0.0.1:8080.evil", ""}) {
-    EXPECT_FALSE(IsOwnOrigin(o, 8080)) << o;
+  EXPECT_TRUE(IsOwnHost(name + ":8080", name, 8080));
+  EXPECT_TRUE(IsOwnHost("0123456789ABCDEF0123456789abcdef.LOCALHOST:8080", name, 8080));
+  for (std::string h : {name + ":8081", name, std::string("127.0.0.1:8080"), std::string("localhost:8080"),
+                        std::string("[::1]:8080"), "x" + name + ":8080", name + ".evil:8080",
+                        std::string(""), name + ":8080 "}) {
+    EXPECT_FALSE(IsOwnHost(h, name, 8080)) << h;
+  }
+  EXPECT_FALSE(IsOwnHost("127.0.0.1:8080", "", 8080));
+  EXPECT_TRUE(IsOwnOrigin("http://" + name + ":8080", name, 8080));
+  for (std::string o : {std::string("null"), std::string("http://127.0.0.1:8080"),
+                        "http://" + name + ":8081", "https://" + name + ":8080",
+                        std::string("http://evil.example"), "http://" + name + ":8080.evil",
+                        std::string("")}) {
+    EXPECT_FALSE(IsOwnOrigin(o, name, 8080)) << o;
   }
 }
 

@@ -4,6 +4,9 @@
 #include "ui/server.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,7 +19,9 @@
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
+#include "base/strings.h"
 #include "proxy/trace.h"
+#include "ui/request.h"
 #include "ui/fake_supervisor.h"
 
 namespace cloister::ui {
@@ -67,18 +72,22 @@ struct Reply {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/cloister-ui-test.XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
+  void SetUp() override { Start(ServerOptions{}); }
+  void Start(ServerOptions options) {
+    if (dir_.empty()) {
+      char dir[] = "/tmp/cloister-ui-test.XXXXXX";
+      ASSERT_NE(mkdtemp(dir), nullptr);
+      dir_ = dir;
+    }
     backend_.trace_path = dir_ + "/trace.jsonl";
-    auto s = Server::Start(backend_, ServerOptions{});
+    server_.reset();
+    auto s = Server::Start(backend_, options);
     ASSERT_TRUE(s.ok()) << s.error().ToString();
     server_ = std::move(s).value();
     port_ = server_->port();
     std::string url = server_->Url();
     token_ = url.substr(url.find("token=") + 6);
-    host_ = "127.0.0.1:" + std::to_string(port_);
+    host_ = server_->host_name() + ":" + std::to_string(port_);
     origin_ = "http://" + host_;
   }
   void TearDown() override {
@@ -134,14 +143,79 @@ class ServerTest : public ::testing::Test {
   uint16_t port_ = 0;
 };
 
-TEST_F(ServerTest, TokenBuysAStrictHttpOnlyCookie) {
+// SECURITY (issue 37 item 2): the token buys one session, once; the cookie is host-only (no
+// Domain), for this run's *.localhost name, which no other local web app has.
+TEST_F(ServerTest, TokenBuysOneStrictHttpOnlyHostOnlyCookieOnce) {
+  EXPECT_EQ(Send(http::verb::get, "/?token=" + std::string(64, '0'), {}).status, 403);
   Reply r = Send(http::verb::get, "/?token=" + token_, {});
   ASSERT_EQ(r.status, 303);
   std::string sc(r.res[http::field::set_cookie]);
   EXPECT_NE(sc.find("HttpOnly"), std::string::npos) << sc;
   EXPECT_NE(sc.find("SameSite=Strict"), std::string::npos) << sc;
+  EXPECT_EQ(ToLower(sc).find("domain"), std::string::npos) << sc;
   EXPECT_EQ(sc.find(token_), std::string::npos) << "the cookie is not the URL's token";
-  EXPECT_EQ(Send(http::verb::get, "/?token=" + std::string(64, '0'), {}).status, 403);
+  std::string cookie = sc.substr(0, sc.find(';'));
+  // A second use (a token read from a history, a log, another user's process list) buys nothing.
+  Reply again = Send(http::verb::get, "/?token=" + token_, {});
+  EXPECT_EQ(again.status, 403) << again.res.body();
+  EXPECT_NE(again.res.body().find("used already"), std::string::npos) << again.res.body();
+  EXPECT_EQ(again.res.count(http::field::set_cookie), 0u);
+  EXPECT_EQ(Send(http::verb::get, "/api/workspaces", {{"Cookie", cookie}}).status, 200);
+  EXPECT_TRUE(ValidRunHostName(server_->host_name())) << server_->host_name();
+  EXPECT_EQ(server_->Url(), "http://" + host_ + "/?token=" + token_);
+}
+
+// SECURITY (issue 37 item 2): connections held open and idle (or sending a request slowly) are
+// shut after io_timeout, so they cannot hold every slot: the user's next request is served.
+TEST_F(ServerTest, ConnectionsHeldOpenDoNotStarveTheDashboard) {
+  ServerOptions o;
+  o.max_connections = 4;
+  o.io_timeout = std::chrono::milliseconds(300);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  std::string cookie = Cookie();
+  asio::io_context io;
+  std::vector<std::unique_ptr<tcp::socket>> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(std::make_unique<tcp::socket>(io));
+    held.back()->connect(tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), port_));
+    if (i % 2) asio::write(*held.back(), asio::buffer(std::string("GET / HTTP/1.1\r\nHo")));
+  }
+  // Bounded: served within 10 s (the timeout is 0.3 s), while every held socket stays open.
+  bool served = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!served && std::chrono::steady_clock::now() < deadline) {
+    served = Send(http::verb::get, "/api/workspaces", {{"Cookie", cookie}}).status == 200;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling, bounded
+  }
+  EXPECT_TRUE(served) << "idle connections starved the dashboard";
+}
+
+// SECURITY (issue 37 item 2): another local user's connection is closed unread, even with the
+// right Host and the token (which stays unused). Needs root (to become that user).
+TEST_F(ServerTest, AnotherUsersConnectionIsClosedUnread) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  const std::string req = "GET /?token=" + token_ + " HTTP/1.1\r\nHost: " + host_ + "\r\n\r\n";
+  const uint16_t port = port_;
+  pid_t pid = fork();
+  if (pid == 0) {  // async-signal-safe calls only
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(4);
+    (void)!write(fd, req.data(), req.size());
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    _exit(n <= 0 ? 0 : 1);  // 0: closed without a byte of answer
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the other user's connection was answered";
+  EXPECT_EQ(Send(http::verb::get, "/?token=" + token_, {}).status, 303) << "the token was spent";
 }
 
 TEST_F(ServerTest, NothingWithoutTheCookie) {
@@ -157,7 +231,10 @@ TEST_F(ServerTest, NothingWithoutTheCookie) {
 
 TEST_F(ServerTest, ForeignOriginRefused) {
   std::string cookie = Cookie();
-  for (const char* o : {"http://evil.example", "null", "http://127.0.0.1:1", "https://127.0.0.1"}) {
+  const std::string loopback = "http://127.0.0.1:" + std::to_string(port_);
+  for (const std::string& o : {std::string("http://evil.example"), std::string("null"),
+                               std::string("http://127.0.0.1:1"), std::string("https://127.0.0.1"),
+                               loopback, "http://localhost:" + std::to_string(port_)}) {
     Reply r = Send(http::verb::get, "/api/workspaces", {{"Cookie", cookie}, {"Origin", o}});
     EXPECT_EQ(r.status, 403) << o;
   }
@@ -181,13 +258,14 @@ TEST_F(ServerTest, PostWithoutOriginRefused) {
 
 TEST_F(ServerTest, ForeignHostRefused) {
   std::string cookie = Cookie();
+  // SECURITY (issue 37 item 2): not 127.0.0.1 nor localhost either: only this run's name.
   for (std::string h : {"evil.example:" + std::to_string(port_), std::string("127.0.0.1:1"),
-                        std::string("127.0.0.1")}) {
+                        std::string("127.0.0.1"), "127.0.0.1:" + std::to_string(port_),
+                        "localhost:" + std::to_string(port_), "[::1]:" + std::to_string(port_)}) {
     Reply r = Send(http::verb::get, "/api/workspaces", {{"Cookie", cookie}, {"Host", h}}, "", false);
     EXPECT_EQ(r.status, 421) << h;
   }
-  Reply ok = Send(http::verb::get, "/api/workspaces",
-                  {{"Cookie", cookie}, {"Host", "localhost:" + std::to_string(port_)}}, "", false);
+  Reply ok = Send(http::verb::get, "/api/workspaces", {{"Cookie", cookie}, {"Host", host_}}, "", false);
   EXPECT_EQ(ok.status, 200);
 }
 
