@@ -41,6 +41,9 @@ const std::vector<ApiPath>& CodexPaths() {
       {"/backend-api/codex/models", false,
        "inference: the model catalog (models_endpoint.rs, `/models` under the same base)"},
       {"/backend-api/wham/usage", false, "login state: the plan's rate limits (`/wham/usage`)"},
+      {"/backend-api/wham/accounts/check", false,
+       "login state: the workspace routing discovery (`/wham/accounts/check`) Codex runs before it "
+       "starts a ChatGPT session (without an answer it does not start one)"},
   };
   return paths;
 }

@@ -16,6 +16,8 @@ TEST(ApiPathsTest, OnlyTheClientsPathsAndNeverMinting) {
   EXPECT_EQ(CheckApiPath(claude, {}, "/v1/messages/count_tokens?beta=true"), PathVerdict::kAllowed);
   EXPECT_EQ(CheckApiPath(claude, {}, "/api/oauth/profile"), PathVerdict::kAllowed);
   EXPECT_EQ(CheckApiPath(codex, {}, "/backend-api/codex/responses"), PathVerdict::kAllowed);
+  EXPECT_EQ(CheckApiPath(codex, {}, "/backend-api/wham/accounts/check"), PathVerdict::kAllowed);
+  EXPECT_EQ(CheckApiPath(codex, {}, "/backend-api/wham/tasks"), PathVerdict::kNotAllowed);
   EXPECT_EQ(CheckApiPath(codex, {}, "/v1/messages"), PathVerdict::kNotAllowed);
   for (const char* p : {"/v1/mcp_servers", "/v1/mcp_servers?limit=10", "/v1/files",
                         "/api/oauth/account/settings", "/api/oauth/organizations/x/plugins",
