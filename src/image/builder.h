@@ -21,6 +21,8 @@ namespace cloister::image {
 inline constexpr char kTestImageName[] = "test";
 // The browser VM's image (issue #18; `cloister image build --browser`).
 inline constexpr char kBrowserImageName[] = "browser";
+// The builder VM's image (issue 41; image/oci/): where images from OCI sources are built.
+inline constexpr char kBuilderImageName[] = "builder";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
@@ -42,6 +44,7 @@ inline constexpr char kFullRecipeVersion[] = "7";  // 2: nftables; 3: units mask
 
 inline constexpr char kBrowserRecipeVersion[] = "3";  // 2: the boot hook's mount check (test 7);
 // 3: its mount point made by systemd, the egress's modprobe started by the hook (full 6)
+inline constexpr char kBuilderRecipeVersion[] = "1";
 
 struct BuildOptions {
   std::string out_dir;    // receives disk.raw, vmlinuz, initrd.img (created if absent)
@@ -59,6 +62,11 @@ Result<catalog::ImageEntry> BuildTestImage(const BuildOptions& options);
 // package manager, an init system or a GPU uses), certutil, nftables, busybox init and the boot
 // hook, on the test image's initramfs. No root needed; about a minute from a warm package cache.
 Result<catalog::ImageEntry> BuildBrowserImage(const BuildOptions& options);
+
+// The builder image: Debian 12's skopeo, umoci and buildah with their dependency closure,
+// e2fsprogs, nftables, busybox init and the boot hook, on the test image's initramfs. The VM an
+// image build from an OCI source runs in (image/oci/build_plan.h). No root needed.
+Result<catalog::ImageEntry> BuildBuilderImage(const BuildOptions& options);
 
 // The full Debian 12 image (mmdebstrap, systemd, the standard kernel and Debian's initramfs,
 // user dev with passwordless sudo, git curl ca-certificates openssh-client tmux python3 nodejs

@@ -23,14 +23,17 @@ const std::vector<std::string>& InitramfsModules();
 // /tmp). The recipe appends BootHookStep() after its own steps.
 std::vector<catalog::PostInstallStep> BusyboxRootSteps();
 
-// The initramfs's /init loading `module_paths` (relative to lib/modules/) in order.
-std::string InitramfsInit(const std::vector<std::string>& module_paths);
+// The initramfs's /init loading `module_paths` (relative to lib/modules/) in order, then
+// switch_root to the root's `init` (images from OCI sources: cloister's, image/oci/finish.h).
+std::string InitramfsInit(const std::vector<std::string>& module_paths,
+                          const std::string& init = "/sbin/init");
 
 // Builds the initramfs (busybox from `rootfs`, InitramfsModules() with their dependencies from
 // `kernel`, InitramfsInit) in WORK/initramfs and writes it as a reproducible cpio to `initrd`.
 // `modules` (may be null) receives how many modules it loads.
 Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
-                            const std::string& work, const std::string& initrd, size_t* modules);
+                            const std::string& work, const std::string& initrd, size_t* modules,
+                            const std::string& init = "/sbin/init");
 
 // The last three stages every busybox-rooted recipe shares, in this order: "initramfs"
 // (MakeBusyboxInitramfs into OUT_DIR/initrd.img), "disk" (MakeImageDisk of `disk_size_bytes`

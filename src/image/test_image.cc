@@ -163,7 +163,7 @@ std::vector<catalog::PostInstallStep> BusyboxRootSteps() {
   return steps;
 }
 
-std::string InitramfsInit(const std::vector<std::string>& module_paths) {
+std::string InitramfsInit(const std::vector<std::string>& module_paths, const std::string& init) {
   std::string list;
   for (const auto& p : module_paths) list += " /lib/modules/" + p;
   return "#!/bin/busybox sh\n"
@@ -189,7 +189,7 @@ std::string InitramfsInit(const std::vector<std::string>& module_paths) {
          "fi\n"
          "mount --move /dev /newroot/dev\n"
          "umount /proc /sys\n"
-         "exec switch_root /newroot /sbin/init\n";
+         "exec switch_root /newroot " + init + "\n";
 }
 
 std::string DebVersion(const std::vector<DebPackage>& debs, const std::string& name) {
@@ -200,7 +200,8 @@ std::string DebVersion(const std::vector<DebPackage>& debs, const std::string& n
 }
 
 Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
-                            const std::string& work, const std::string& initrd, size_t* modules) {
+                            const std::string& work, const std::string& initrd, size_t* modules,
+                            const std::string& init) {
   std::string ir = work + "/initramfs";
   RETURN_IF_ERROR(MakeDirs(ir + "/bin"));
   RETURN_IF_ERROR(CopyFile(rootfs + "/bin/busybox", ir + "/bin/busybox"));
@@ -212,7 +213,7 @@ Status MakeBusyboxInitramfs(const std::string& rootfs, const KernelTree& kernel,
     RETURN_IF_ERROR(MakeDirs(fs::path(dst).parent_path().string()));
     RETURN_IF_ERROR(CopyFile(kernel.modules + "/" + rel, dst));
   }
-  RETURN_IF_ERROR(WriteFile(ir + "/init", InitramfsInit(order), 0755));
+  RETURN_IF_ERROR(WriteFile(ir + "/init", InitramfsInit(order, init), 0755));
   RETURN_IF_ERROR(MakeCpio(ir, initrd, kSourceDateEpoch));
   if (modules) *modules = order.size();
   return OkStatus();
