@@ -14,7 +14,7 @@ BUILD="${CLOISTER_BUILD_DIR:-build}"
 if [ "${1:-}" = --build ]; then BUILD="$2"; shift 2; fi
 specs=("$@")
 if [ "${#specs[@]}" = 0 ]; then
-  specs=(aws_resign_bench channel_bench image_verify_bench store_bench egress_bench port_bench
+  specs=(aws_resign_bench channel_bench image_verify_bench store_bench egress_bench port_bench share_bench
          "proxy_bench:--rounds 3 --bulk-mib 512" "proxy_load_bench:--soak-seconds 60")
 fi
 page=docs/benchmarks.md

@@ -32,8 +32,12 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   cmd->add_option("-v,--volume", o->volumes,
                   "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (repeatable; never modified by "
-                  "cloister's disposal verbs). In a shared git repository the guest cannot change "
-                  ".git/config, hooks, info, modules or worktrees (host git must not run its code)");
+                  "cloister's disposal verbs). The guest's user acts there as the folder's owner "
+                  "(you, or the folder's owner when cloister runs as root) and what it creates is "
+                  "that owner's. So that host git never runs the guest's code, the guest cannot "
+                  "change .git/config, hooks, info, modules or worktrees of a repository in it, nor "
+                  "create a .git, a HEAD or a set-user-ID file anywhere in it (git init and git "
+                  "worktree add there fail: do them on the host)");
   cmd->add_option("--tool", o->tool,
                   "The coding agent it runs: " + AgentToolNames() +
                       ". claude and codex are installed in the guest at its first boot (npm, "

@@ -68,9 +68,10 @@ void AddRunCommand(CLI::App& app, Cli& cli) {
                 "Start it and return once QEMU runs, printing NAME (no command, no attach; the "
                 "boot goes on in the background)");
   cmd->add_option("-v,--volume", o->volumes,
-                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created; "
-                  "in a shared git repository .git/config, hooks, info, modules and worktrees are "
-                  "read-only to the guest)");
+                  "Share a host folder: HOSTDIR[:GUESTDIR][:ro] (only when the workspace is created). "
+                  "The guest's user acts there as the folder's owner and what it creates is that "
+                  "owner's; it cannot change a repository's .git/config, hooks, info, modules or "
+                  "worktrees, nor create a .git, a HEAD or a set-user-ID file there (see `create --help`)");
   cmd->add_option("--image", o->image, "Base image for a new workspace");
   cmd->add_option("--tool", o->tool,
                   "The coding agent of a new workspace: " + AgentToolNames() +

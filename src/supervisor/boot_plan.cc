@@ -107,8 +107,8 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
   plan.fds.push_back({Slot::kKernel, How::kProcPath, in.kernel.kernel, O_RDONLY, "", true});
   plan.fds.push_back({Slot::kInitrd, How::kProcPath, in.kernel.initrd, O_RDONLY, "", true});
   for (size_t s = 0; s < spec.shares.size(); ++s) {
-    // 9p serves the folder relative to this directory fd; what QEMU's uid may do inside it is
-    // what the folder's permissions give that uid.
+    // 9p serves the folder relative to this directory fd; QEMU acts there as the folder's owner
+    // (vm/qemu_jail.h), and the share guard makes every name it creates (vm/share_guard.h).
     plan.fds.push_back({Slot::kShare, How::kProcPath, spec.shares[s].host_path,
                         O_RDONLY | O_DIRECTORY, "", false, s});
   }

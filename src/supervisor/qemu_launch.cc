@@ -1,6 +1,8 @@
 #include "supervisor/qemu_launch.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,7 +33,7 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   ASSIGN_OR_RETURN(QemuIdentity ident, QemuIdentityForId(options.qemu_id, spec.accel == Accel::kKvm));
   QemuFds fds;
   // SECURITY: QEMU runs in its own mount namespace and Landlock ruleset (vm/qemu_jail.h).
-  JailSpec jail{.kvm = spec.accel == Accel::kKvm};
+  JailSpec jail{.kvm = spec.accel == Accel::kKvm, .identity = ident};
   auto pass_disk = [&](const BootFd& d) -> Result<DiskSpec> {
     ASSIGN_OR_RETURN(std::vector<DiskSpec> chain,
                      ReadBackingChain(d.path, d.format, plan.backing_dirs, plan.backing_files));
@@ -104,14 +106,15 @@ Result<pid_t> LaunchQemu(const BootPlan& plan, const QemuLaunchOptions& options)
   // (supervisor/environment.h).
   so.env = QemuEnvironment();
   so.before_exec = [j = qemu_jail.get()] { return j->Enter(); };
-  so.before_exec_error = &QemuJail::StepName;
-  if (ident.drop) {
-    so.uid = ident.uid;
-    so.gid = ident.gid;
-    so.groups = ident.groups;
-  }
+  so.before_exec_error = &QemuJail::StepName;  // Enter() also drops to `ident` (qemu_jail.h)
   ASSIGN_OR_RETURN(pid_t pid, SpawnProcess(argv, so));
   fds.CloseAll();  // QEMU has its copies; ours would keep its sockets listening if it died
+  // SECURITY: the share guard makes every entry QEMU creates in a share (vm/share_guard.h).
+  if (Status guard = qemu_jail->StartGuard(pid); !guard.ok()) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return guard.error();
+  }
   if (options.phase) options.phase("qemu-spawn");
   return pid;
 }

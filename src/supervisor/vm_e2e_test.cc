@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -65,6 +68,99 @@ std::map<std::string, std::string> Snapshot(const std::string& root) {
 }
 
 using testing::WaitFor;
+
+// Issue 38: what the guest's own user does in a shared repository (create, edit, commit, with no
+// safe.directory and not as the guest's root), then every way it might plant a repository that
+// host git would use: `git init` below the share, a `.git` made by mkdir, rename, symlink or a
+// `.git` file pointing to a guest-made git dir, a bare-repository shape, and a setuid file. One
+// "NAME ok|denied" line each, then SHARED-REPO-DONE. `canary` is a host path: host git touching
+// it means it ran the guest's code.
+std::string SharedRepoGuestScript(const std::string& dir, const std::string& canary) {
+  return "cd " + dir + " || exit 90\n"
+         "try() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n ok\"; else echo \"$n denied\"; fi; }\n"
+         "g() { git -c user.name=g -c user.email=g@g \"$@\"; }\n"
+         "printf '[core]\\n\\tfsmonitor = \"touch " + canary + "; false\"\\n\\tpager = \"touch " + canary + "; cat\"\\n' > /tmp/evil.cfg\n"
+         "echo \"uid $(id -u)\"\n"
+         "try create sh -c 'echo one > guest-file.txt'\n"
+         "try edit sh -c 'echo two >> guest-file.txt && echo edited >> README'\n"
+         "try mkdir-tree sh -c 'mkdir -p guest-dir/deep && echo x > guest-dir/deep/f'\n"
+         "try commit sh -c 'git add -A && git -c user.name=g -c user.email=g@g commit -q -m guest-commit'\n"
+         "try branch g branch shared-branch\n"
+         "try nested-init git init -q nested\n"
+         "try nested-config sh -c 'cat /tmp/evil.cfg >> nested/.git/config'\n"
+         "try nested-mkdir mkdir -p nested2/.git\n"
+         "try nested-mkdir-case mkdir -p nested3/.Git\n"
+         "try bare-shape sh -c \"mkdir -p evil/objects evil/refs && echo 'ref: refs/heads/main' > evil/HEAD\"\n"
+         "try bare-config sh -c 'cat /tmp/evil.cfg > evil/config'\n"
+         "try gitfile sh -c \"mkdir -p gf && echo 'gitdir: ../evil' > gf/.git\"\n"
+         "try rename-to-git sh -c 'mkdir -p rn/x && mv rn/x rn/.git'\n"
+         "try symlink-git sh -c 'mkdir -p sl && ln -s ../evil sl/.git'\n"
+         "try hardlink-git sh -c 'echo \"gitdir: ../evil\" > hl-src && mkdir -p hl && ln hl-src hl/.git'\n"
+         "try setuid sh -c 'cp /bin/true suid-file && chmod u+s suid-file'\n"
+         "echo SHARED-REPO-DONE\n";
+}
+
+// The guest script's lines "NAME ok|denied" as a map.
+std::map<std::string, std::string> TryResults(const std::string& out) {
+  std::map<std::string, std::string> r;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    auto sp = line.rfind(' ');
+    if (sp != std::string::npos) r[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return r;
+}
+
+// Issue 38's proof on the host, after SharedRepoGuestScript ran in `repo` (a share of a
+// repository the host made, with README committed): the guest's own user could work there; what
+// it made belongs to `owner`; host git run as that owner (`as_owner` prefixes an argv) works
+// without "dubious ownership" or safe.directory; every directory below the share resolves to the
+// share's own git dir and `git status`, `diff` and `log` there run nothing of the guest's.
+void ExpectSharedRepoSafe(const std::string& repo, uid_t owner, const std::string& canary,
+                          const std::string& guest_out,
+                          const std::function<std::vector<std::string>(std::vector<std::string>)>& as_owner) {
+  auto r = TryResults(guest_out);
+  EXPECT_NE(guest_out.find("uid 1000\n"), std::string::npos) << guest_out;
+  for (const char* op : {"create", "edit", "mkdir-tree", "commit", "branch"}) {
+    EXPECT_EQ(r[op], "ok") << op << "\n" << guest_out;
+  }
+  for (const char* op : {"nested-init", "nested-config", "nested-mkdir", "nested-mkdir-case",
+                         "bare-shape", "gitfile", "rename-to-git", "symlink-git",
+                         "hardlink-git", "setuid"}) {
+    EXPECT_EQ(r[op], "denied") << op << "\n" << guest_out;
+  }
+  for (const char* made : {"guest-file.txt", "guest-dir", "guest-dir/deep/f", "README"}) {
+    struct stat st;
+    ASSERT_EQ(lstat((repo + "/" + made).c_str(), &st), 0) << made;
+    EXPECT_EQ(st.st_uid, owner) << made;
+  }
+  for (const char* planted : {"nested/.git", "nested2/.git", "nested3/.Git", "evil/HEAD", "gf/.git",
+                              "rn/.git", "sl/.git", "hl/.git"}) {
+    EXPECT_FALSE(fs::exists(fs::symlink_status(repo + "/" + planted))) << planted;
+  }
+  auto host_git = [&](const std::string& dir, const std::string& args) {
+    auto g = RunProcess(as_owner({"sh", "-c", "cd '" + dir + "' && GIT_CONFIG_NOSYSTEM=1 "
+                                  "GIT_CONFIG_GLOBAL=/dev/null git " + args + " 2>&1"}));
+    return g.ok() ? g->out : g.error().ToString();
+  };
+  std::string status = host_git(repo, "status --porcelain");
+  EXPECT_EQ(status.find("fatal"), std::string::npos) << status;
+  EXPECT_EQ(status.find("dubious"), std::string::npos) << status;
+  EXPECT_NE(host_git(repo, "log --oneline -1 main").find("guest-commit"), std::string::npos);
+  EXPECT_NE(host_git(repo, "branch").find("shared-branch"), std::string::npos);
+  std::string gitdir = host_git(repo, "rev-parse --absolute-git-dir");
+  for (const auto& e : fs::recursive_directory_iterator(repo)) {
+    if (e.is_symlink() || !e.is_directory()) continue;
+    std::string rel = e.path().lexically_relative(repo).string();
+    if (rel == ".git" || rel.rfind(".git/", 0) == 0) continue;
+    std::string d = e.path().string();
+    EXPECT_EQ(host_git(d, "rev-parse --absolute-git-dir"), gitdir) << d;
+    host_git(d, "status");
+    host_git(d, "diff");
+    host_git(d, "log -1");
+  }
+  EXPECT_FALSE(fs::exists(canary)) << "host git ran the guest's code";
+}
 
 class VmE2eTest : public testing::CliVmTest {
  protected:
@@ -535,20 +631,24 @@ TEST_F(VmE2eTest, AuditResidueNeedsARunningVmAndAFreshWorkspaceIsClean) {
 }
 
 // One workspace, two boots: `start -d` returns while the guest is still booting; QEMU runs under
-// the workspace's own unprivileged uid with its seccomp filter (as root, as CI runs); a share
-// is writable where its host permissions let that uid write; `exec -it` gets a pty with the
-// caller's window size and a resize reaches the guest; SIGINT and SIGTERM to `cloister exec`
-// reach the guest command and its exit code says so; `reboot` ends guest processes, keeps home,
-// takes a new proven-boot checkpoint, and the agent answers again (still unprivileged).
+// the workspace's own unprivileged uid with its seccomp filter (as root, as CI runs); in a share
+// the guest's user acts as the folder's owner (root's folders here) and no further; `exec -it`
+// gets a pty with the caller's window size and a resize reaches the guest; SIGINT and SIGTERM to
+// `cloister exec` reach the guest command and its exit code says so; `reboot` ends guest
+// processes, keeps home, takes a new proven-boot checkpoint, and the agent answers again (still
+// unprivileged).
 TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   std::string rw = root_ + "/rw";  // the test root itself is 0700: QEMU reaches rw/ by its fd only
   fs::create_directories(rw);
-  chmod(rw.c_str(), 0777);
-  std::string ro = root_ + "/ro";
-  fs::create_directories(ro);
-  ASSERT_TRUE(Env::Default()->WriteFile(ro + "/root-only", "secret\n").ok());
-  chmod((ro + "/root-only").c_str(), 0600);
-  // A repository the guest shares (issue 15 item 2): made by host git, writable by QEMU's uid.
+  // A folder of root's holding another user's private file and directory.
+  std::string other = root_ + "/other";
+  fs::create_directories(other + "/closed");
+  ASSERT_TRUE(Env::Default()->WriteFile(other + "/private", "secret\n").ok());
+  chmod((other + "/private").c_str(), 0600);
+  ASSERT_EQ(chown((other + "/private").c_str(), 4242, 4242), 0);
+  ASSERT_EQ(chown((other + "/closed").c_str(), 4242, 4242), 0);
+  // A repository the guest shares (issue 15 item 2, issue 38): made by host git as root, left as
+  // git made it (root's, 0755): the guest's own user works in it as its owner.
   std::string repo = root_ + "/repo";
   std::string canary = root_ + "/canary";
   auto host_git = [&](const std::string& args) {
@@ -557,8 +657,9 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
     return g.ok() ? g->out : g.error().ToString();
   };
   fs::create_directories(repo);
-  ASSERT_EQ(host_git("init -q -b main . && git commit -q --allow-empty -m host && chmod -R a+rwX ."), "");
-  Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{ro, "/mnt/ro", false},
+  ASSERT_TRUE(Env::Default()->WriteFile(repo + "/README", "host\n").ok());
+  ASSERT_EQ(host_git("init -q -b main . && git add README && git commit -q -m host"), "");
+  Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{other, "/mnt/other", false},
                 Volume{repo, "/mnt/repo", false}});
 
   // Issue 15 item 3: a key the user exported in the shell that runs cloister reaches neither the
@@ -636,21 +737,24 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   expect_hardened();
 
   int code = -1;
-  // Shares: writable where the host folder lets QEMU's uid write; a root-only file stays closed
-  // even to the guest's root.
-  EXPECT_EQ(Exec("hq", "echo from-guest > /mnt/rw/new.txt && cat /mnt/rw/new.txt", &code), "from-guest\n");
+  // Shares (issue 38): the guest's user writes a folder of root's as its owner, and what it makes
+  // is root's on the host; another user's private file and directory stay closed even to the
+  // guest's root (QEMU acts as the folder's owner, not as root).
+  EXPECT_EQ(Exec("hq", "echo from-guest > /mnt/rw/new.txt && cat /mnt/rw/new.txt && stat -c %u /mnt/rw/new.txt", &code),
+            "from-guest\n1000\n");
   EXPECT_EQ(code, 0);
   EXPECT_EQ(*Env::Default()->ReadFile(rw + "/new.txt"), "from-guest\n");
-  if (geteuid() == 0) {  // QEMU runs as the workspace's uid, not as the folder's owner
-    EXPECT_EQ(Exec("hq", "cat /mnt/ro/root-only", &code, "root"), "");
-    EXPECT_NE(code, 0);
-    Exec("hq", "echo x > /mnt/ro/planted", &code, "root");
-    EXPECT_NE(code, 0);
-    EXPECT_FALSE(fs::exists(ro + "/planted"));
-  }
+  struct stat made;
+  ASSERT_EQ(stat((rw + "/new.txt").c_str(), &made), 0);
+  EXPECT_EQ(made.st_uid, 0u);
+  EXPECT_EQ(Exec("hq", "cat /mnt/other/private", &code, "root"), "");
+  EXPECT_NE(code, 0);
+  Exec("hq", "echo x > /mnt/other/closed/planted", &code, "root");
+  EXPECT_NE(code, 0);
+  EXPECT_FALSE(fs::exists(other + "/closed/planted"));
 
-  // The guest (as its root) cannot make host git run code: every write to what host git executes
-  // from fails; its own git still commits and branches; host `git status` then runs nothing.
+  // The guest cannot make host git run code: every write to what host git executes from fails;
+  // its own git still commits and branches; host `git status` then runs nothing.
   {
     std::string evil = "printf '[core]\\n\\tfsmonitor = \"touch " + canary + "; false\"\\n'";
     std::string script = "cd /mnt/repo; for t in .git/config .git/config.worktree .git/commondir "
@@ -660,11 +764,18 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
                          "mv .git .git-old 2>/dev/null && echo WROTE rename; "
                          "git -c user.name=g -c user.email=g@g commit -q --allow-empty -m from-guest && "
                          "git branch guest-branch && echo COMMITTED";
-    EXPECT_EQ(Exec("hq", script, &code, "root"), "COMMITTED\n");
+    EXPECT_EQ(Exec("hq", script, &code), "COMMITTED\n");
     EXPECT_NE(host_git("log --oneline main").find("from-guest"), std::string::npos);
     EXPECT_NE(host_git("branch").find("guest-branch"), std::string::npos);
     EXPECT_EQ(host_git("status --porcelain").find("fatal"), std::string::npos);
     EXPECT_FALSE(fs::exists(canary)) << "host git ran the guest's code";
+  }
+  // Issue 38 as root: the guest's own user works in root's repository as its owner, and nothing
+  // it does below the share makes host git run its code.
+  {
+    std::string out = Exec("hq", SharedRepoGuestScript("/mnt/repo", canary), &code);
+    EXPECT_NE(out.find("SHARED-REPO-DONE"), std::string::npos) << out;
+    ExpectSharedRepoSafe(repo, 0, canary, out, [](std::vector<std::string> argv) { return argv; });
   }
 
   // exec -it: the caller's window size, then a resize.
@@ -745,11 +856,15 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
 // A non-root CLI (issue 15 item 5): QEMU runs as the user, in a user and mount namespace of its
 // own (no capability, the shared repository's git config a read-only bind, /tmp an empty tmpfs),
 // and the guest's writes to that config fail while the share works. What QEMU can open there is
-// vm_jail_test's (the same jail, with a shell in QEMU's place).
+// vm_jail_test's (the same jail, with a shell in QEMU's place). Issue 38 with a user whose uid is
+// not the guest user's (1000): the guest's user works in the user's repository as its owner, what
+// it makes is the user's, and nothing it does there makes the user's git run its code.
 TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
   if (geteuid() != 0) GTEST_SKIP() << "makes a temporary account";
   std::string user = "cl-jail-" + std::to_string(getpid());
-  auto add = RunProcess({"useradd", "-m", "-s", "/bin/sh", user});
+  uid_t uid = 23000;  // not 1000, whatever accounts this host has
+  while (getpwuid(uid) != nullptr || getgrgid(uid) != nullptr) ++uid;
+  auto add = RunProcess({"useradd", "-m", "-u", std::to_string(uid), "-U", "-s", "/bin/sh", user});
   ASSERT_TRUE(add.ok() && add->exit_code == 0) << (add.ok() ? add->err : add.error().ToString());
   struct Cleanup {
     std::string user;
@@ -772,10 +887,11 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
     return argv;
   };
   std::string repo = home + "/proj";
+  std::string canary = home + "/canary";
   auto made = RunProcess(as_user({"sh", "-c",
       "mkdir -p ~/.ssh " + repo + " && echo PLANTED > ~/.ssh/id_ed25519 && chmod 600 ~/.ssh/id_ed25519 && "
-      "cd " + repo + " && git init -q -b main . && git -c user.name=h -c user.email=h@h commit -q "
-      "--allow-empty -m host && chmod -R a+rwX ."}));  // a+rwX: the guest's dev is another uid
+      "cd " + repo + " && git init -q -b main . && echo host > README && git add README && "
+      "git -c user.name=h -c user.email=h@h commit -q -m host"}));
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.error().ToString());
   // The build tree may be closed to other users (a CI clone under /root): then the user gets
   // copies of the binaries and the image.
@@ -805,7 +921,8 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
   auto run = SpawnProcess(as_user({exe, "--store", home + "/store", "run", "--rm", "--accel", "tcg",
                                    "--image", image, "-v", repo + ":/mnt/proj", "--", "sh", "-c",
                                    "cd /mnt/proj; echo x >> .git/config || echo CONFIG-DENIED; "
-                                   "echo hi > f && echo SHARE-OK; sleep 100000"}),
+                                   "echo hi > f && (" + SharedRepoGuestScript("/mnt/proj", canary) +
+                                   ") && echo SHARE-OK; sleep 100000"}),
                           so);
   ASSERT_TRUE(run.ok()) << run.error().ToString();
   cleanup.run = *run;
@@ -851,6 +968,7 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
   EXPECT_TRUE(empty_tmp) << *mountinfo;
   EXPECT_EQ(*Env::Default()->ReadFile(repo + "/f"), "hi\n");
   EXPECT_EQ(Env::Default()->ReadFile(repo + "/.git/config")->find("\nx\n"), std::string::npos);
+  ExpectSharedRepoSafe(repo, uid, canary, output(), as_user);
   kill(*run, SIGTERM);
   EXPECT_TRUE(WaitChild(*run, std::chrono::minutes(2)).has_value());
   cleanup.run = -1;

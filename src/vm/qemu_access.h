@@ -12,13 +12,15 @@
 // same way (QMP add-fd, then blockdev-add of "/dev/fdset/N").
 //
 // When the CLI runs as root, QEMU runs as an unprivileged uid of its own per workspace, with
-// QEMU's seccomp sandbox on: the supervisor forks it, drops to that uid/gid (no supplementary
-// groups, except `kvm` with --accel kvm) before exec, so nothing of QEMU ever runs as root (QEMU's
-// own -runas is refused by `elevateprivileges=deny`). The uid is kQemuIdBase + the workspace's
+// QEMU's seccomp sandbox on: the supervisor forks it, and the jail (vm/qemu_jail.h) drops it to
+// that uid/gid (no supplementary groups, except `kvm` with --accel kvm) before exec, inside a user
+// namespace where that uid is the guest user's, so nothing of QEMU ever runs as root (QEMU's own
+// -runas is refused by `elevateprivileges=deny`). The uid is kQemuIdBase + the workspace's
 // QEMU id, allocated unique within the store by the MAC registry (store/mac.h, Store::QemuId;
 // usually the MAC's low 24 bits); it needs no account. Since QEMU holds only the fds
 // it was given, the store and the workspace directory stay root-only (0700); what that uid can
-// reach on its own is what the world can (e.g. a shared folder's world-readable files).
+// reach on its own is what the world can, except in its shares, where it is the folder's owner
+// (an idmapped mount, vm/qemu_jail.h).
 #pragma once
 
 #include <sys/types.h>

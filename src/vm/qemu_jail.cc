@@ -1,6 +1,6 @@
 #include "vm/qemu_jail.h"
 
-#include <dirent.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sched.h>
@@ -11,11 +11,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <linux/seccomp.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <functional>
-#include <tuple>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "protocol/contract.h"
+#include "vm/share_scan.h"
+#include "vm/userns.h"
 
 namespace cloister::vm {
 namespace {
@@ -80,14 +89,6 @@ bool UserNsWorks() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-int OpenBeneath(int root, const char* rel) {
-  struct open_how how;
-  memset(&how, 0, sizeof(how));
-  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, root, rel, &how, sizeof(how)));
-}
-
 bool WriteAll(const char* path, const char* data) {
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -96,151 +97,6 @@ bool WriteAll(const char* path, const char* data) {
   close(fd);
   return ok;
 }
-
-Error Refuse(const std::string& share, const std::string& what) {
-  return Error(ErrorCode::kFailedPrecondition, "shared folder " + share + ": " + what,
-               "the guest may have planted it: inspect and fix it on the host, or share the folder "
-               "read-only (`-v DIR:GUEST:ro`)");
-}
-
-// Walks a share's git dirs (Prepare). Every lookup is relative to an O_PATH fd and never follows a
-// symlink: the share's contents are the guest's.
-class GitDirWalker {
- public:
-  GitDirWalker(const std::string& share, int share_fd, size_t share_index,
-               std::vector<std::tuple<size_t, std::string, bool, bool>>* out)
-      : share_(share), share_fd_(share_fd), index_(share_index), out_(out) {}
-
-  // Post-order (what is inside a directory is mounted before the directory's own bind, which
-  // clones it recursively).
-  Status Protect(const std::string& gitdir, int depth) {
-    if (depth > 4) return Refuse(share_, gitdir + ": git dirs nested deeper than 4 levels");
-    RETURN_IF_ERROR(EnsureFile(gitdir + "/config", ""));
-    RETURN_IF_ERROR(EnsureFile(gitdir + "/config.worktree", ""));
-    // A commondir redirects where git reads config from; "." names the git dir itself (what git
-    // assumes when there is none). An empty file would make git die, so it cannot be empty.
-    RETURN_IF_ERROR(EnsureFile(gitdir + "/commondir", ".\n"));
-    for (const char* d : {"hooks", "info"}) RETURN_IF_ERROR(EnsureDir(gitdir + "/" + d));
-    for (const char* d : {"modules", "worktrees"}) {
-      std::string sub = gitdir + "/" + d;
-      RETURN_IF_ERROR(EnsureDir(sub, /*add=*/false));
-      RETURN_IF_ERROR(Scan(sub, depth + 1));
-      Add(sub, true, true);
-    }
-    Add(gitdir, true, false);  // the pin
-    return OkStatus();
-  }
-
-  size_t count() const { return out_->size(); }
-
- private:
-  // The git dirs below `dir` (modules/NAME may be nested: a submodule named a/b is modules/a/b).
-  Status Scan(const std::string& dir, int depth) {
-    if (depth > 4) return OkStatus();
-    int fd = OpenBeneath(share_fd_, dir.c_str());
-    if (fd < 0) return ErrnoError("open " + share_ + "/" + dir, errno);
-    int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    close(fd);
-    if (dfd < 0) return ErrnoError("open " + share_ + "/" + dir, errno);
-    DIR* d = fdopendir(dfd);
-    if (!d) {
-      close(dfd);
-      return ErrnoError("read " + share_ + "/" + dir, errno);
-    }
-    std::vector<std::string> names;
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-    std::sort(names.begin(), names.end());
-    for (const std::string& n : names) {
-      std::string child = dir + "/" + n;
-      struct stat st;
-      if (fstatat(share_fd_, child.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (!S_ISDIR(st.st_mode)) continue;  // covered by the read-only parent
-      if (out_->size() > 512) return Refuse(share_, "more than 512 git dirs to protect");
-      struct stat head;
-      if (fstatat(share_fd_, (child + "/HEAD").c_str(), &head, AT_SYMLINK_NOFOLLOW) == 0) {
-        RETURN_IF_ERROR(Protect(child, depth));
-      } else {
-        RETURN_IF_ERROR(Scan(child, depth + 1));
-      }
-    }
-    return OkStatus();
-  }
-
-  // Created missing, owned like the git dir's parent so the user can still remove it.
-  Status EnsureFile(const std::string& rel, const std::string& content) {
-    struct stat st;
-    if (fstatat(share_fd_, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (!S_ISREG(st.st_mode)) return Refuse(share_, rel + " is not a regular file");
-    } else {
-      if (errno != ENOENT) return ErrnoError("stat " + share_ + "/" + rel, errno);
-      ASSIGN_OR_RETURN(int parent, OpenParent(rel));
-      int fd = openat(parent, Base(rel).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                      0644);
-      int err = errno;
-      close(parent);
-      if (fd < 0) return ErrnoError("create " + share_ + "/" + rel, err);
-      bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
-      Chown(fd);
-      close(fd);
-      if (!ok) return ErrnoError("write " + share_ + "/" + rel, errno);
-    }
-    Add(rel, false, true);
-    return OkStatus();
-  }
-
-  Status EnsureDir(const std::string& rel, bool add = true) {
-    struct stat st;
-    if (fstatat(share_fd_, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (!S_ISDIR(st.st_mode)) return Refuse(share_, rel + " is not a directory");
-    } else {
-      if (errno != ENOENT) return ErrnoError("stat " + share_ + "/" + rel, errno);
-      ASSIGN_OR_RETURN(int parent, OpenParent(rel));
-      int made = mkdirat(parent, Base(rel).c_str(), 0755);
-      int err = errno;
-      close(parent);
-      if (made != 0) return ErrnoError("create " + share_ + "/" + rel, err);
-      int fd = OpenBeneath(share_fd_, rel.c_str());
-      if (fd >= 0) {
-        Chown(fd);
-        close(fd);
-      }
-    }
-    if (add) Add(rel, true, true);
-    return OkStatus();
-  }
-
-  // The directory holding `rel`, reached without following a symlink (a real directory the walk
-  // already checked, unless something swapped it since: then this fails).
-  Result<int> OpenParent(const std::string& rel) {
-    std::string dir = rel.substr(0, rel.rfind('/'));
-    int path = OpenBeneath(share_fd_, dir.c_str());
-    if (path < 0) return Refuse(share_, dir + " is not a directory reached without symlinks");
-    int fd = openat(path, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int err = errno;
-    close(path);
-    if (fd < 0) return ErrnoError("open " + share_ + "/" + dir, err);
-    return fd;
-  }
-  static std::string Base(const std::string& rel) { return rel.substr(rel.rfind('/') + 1); }
-
-  void Chown(int fd) {
-    struct stat owner;
-    if (geteuid() == 0 && fstatat(share_fd_, ".git", &owner, AT_SYMLINK_NOFOLLOW) == 0) {
-      (void)fchownat(fd, "", owner.st_uid, owner.st_gid, AT_EMPTY_PATH);
-    }
-  }
-
-  void Add(const std::string& rel, bool dir, bool ro) { out_->emplace_back(index_, rel, dir, ro); }
-
-  std::string share_;
-  int share_fd_;
-  size_t index_;
-  std::vector<std::tuple<size_t, std::string, bool, bool>>* out_;
-};
 
 Status AddRule(int ruleset, const std::string& path, uint64_t rights, bool must_exist) {
   int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
@@ -258,15 +114,28 @@ Status AddRule(int ruleset, const std::string& path, uint64_t rights, bool must_
   return OkStatus();
 }
 
+// Seccomp user notifications with SECCOMP_ADDFD_FLAG_SEND: Linux 5.14 and later.
+bool GuardWorks() {
+  struct utsname u;
+  if (uname(&u) != 0) return false;
+  int major = 0, minor = 0;
+  if (sscanf(u.release, "%d.%d", &major, &minor) != 2) return false;
+  seccomp_notif_sizes sizes{};
+  return (major > 5 || (major == 5 && minor >= 14)) &&
+         syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) == 0;
+}
+
 }  // namespace
 
 JailSupport ProbeJailSupport() {
   JailSupport s;
   s.landlock_abi = LandlockAbi();
   s.user_ns = geteuid() == 0 || UserNsWorks();
+  s.guard = GuardWorks();
   s.detail = "Landlock " + (s.landlock_abi > 0 ? "ABI " + std::to_string(s.landlock_abi)
                                                : std::string("unavailable")) +
-             ", unprivileged user namespaces that may mount " + (s.user_ns ? "available" : "unavailable");
+             ", unprivileged user namespaces that may mount " + (s.user_ns ? "available" : "unavailable") +
+             ", seccomp user notifications that add fds " + (s.guard ? "available" : "unavailable");
   return s;
 }
 
@@ -280,43 +149,19 @@ Result<std::unique_ptr<QemuJail>> QemuJail::Prepare(const JailSpec& spec) {
                  "enable them (Landlock in the kernel's lsm= list, kernel.unprivileged_userns_clone=1 "
                  "or the distribution's equivalent), or run cloister as root");
   }
-  if (jail->user_ns_) {
-    jail->uid_map_ = std::to_string(getuid()) + " " + std::to_string(getuid()) + " 1\n";
-    jail->gid_map_ = std::to_string(getgid()) + " " + std::to_string(getgid()) + " 1\n";
-  }
-  jail->shares_ = spec.shares;
-  std::vector<std::tuple<size_t, std::string, bool, bool>> targets;
-  for (size_t i = 0; i < spec.shares.size(); ++i) {
-    const JailShare& share = spec.shares[i];
-    if (share.host_path.empty() || share.host_path[0] != '/' || share.fd < 0) {
-      return Error(ErrorCode::kInvalidArgument, "jail: share '" + share.host_path + "' needs an absolute path and an fd");
+  RETURN_IF_ERROR(jail->PrepareIdentity(spec));
+  RETURN_IF_ERROR(jail->PrepareShares(spec));
+  if (!jail->guard_.git_dirs.empty()) {
+    if (!support.guard) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   "cannot guard a read-write shared folder on this kernel (" + support.detail + ")",
+                   "share folders read-only (`-v DIR:GUEST:ro`), or use Linux 5.14 or later");
     }
-    if (share.read_only) {
-      targets.emplace_back(i, "", true, true);
-      continue;
+    jail->guard_filter_ = ShareGuardFilter();
+    if (jail->guard_filter_.empty()) return Error(ErrorCode::kInternal, "share guard: bad filter");
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, jail->guard_sock_) != 0) {
+      return ErrnoError("socketpair", errno);
     }
-    int fd = open(share.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return ErrnoError("open shared folder " + share.host_path, errno);
-    struct stat st;
-    Status status = OkStatus();
-    if (fstatat(fd, ".git", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (S_ISDIR(st.st_mode)) {
-        GitDirWalker walker(share.host_path, fd, i, &targets);
-        status = walker.Protect(".git", 0);
-      } else if (S_ISREG(st.st_mode)) {
-        targets.emplace_back(i, ".git", false, true);  // a gitdir: redirect, read-only
-      } else {
-        status = Refuse(share.host_path, ".git is neither a directory nor a regular file");
-      }
-    } else if (errno != ENOENT) {
-      status = ErrnoError("stat " + share.host_path + "/.git", errno);
-    }
-    close(fd);
-    RETURN_IF_ERROR(status);
-  }
-  for (const auto& [i, rel, dir, ro] : targets) {
-    jail->targets_.push_back({i, rel, dir, ro});
-    jail->mounts_.push_back({spec.shares[i].host_path, rel, dir, ro});
   }
 
   if (support.landlock_abi > 0) {
@@ -359,8 +204,113 @@ Result<std::unique_ptr<QemuJail>> QemuJail::Prepare(const JailSpec& spec) {
   return jail;
 }
 
+// Who QEMU is inside its user namespace: the guest's user (issue 38).
+Status QemuJail::PrepareIdentity(const JailSpec& spec) {
+  const std::string guest_uid = std::to_string(protocol::kGuestUid);
+  const std::string guest_gid = std::to_string(protocol::kGuestGid);
+  if (user_ns_) {  // a non-root caller maps its own ids, which an unprivileged namespace may
+    uid_map_ = guest_uid + " " + std::to_string(getuid()) + " 1\n";
+    gid_map_ = guest_gid + " " + std::to_string(getgid()) + " 1\n";
+    return OkStatus();
+  }
+  if (!spec.identity.drop) return OkStatus();  // root without a drop: tests of the mounts only
+  const QemuIdentity& id = spec.identity;
+  std::string gid_map = guest_gid + " " + std::to_string(id.gid) + " 1\n";
+  for (gid_t g : id.groups) {  // kvm keeps its number inside
+    if (g == protocol::kGuestGid || g == id.gid) {
+      return Error(ErrorCode::kFailedPrecondition, "group " + std::to_string(g) + " (for QEMU) has the "
+                   "guest user's or QEMU's own gid", "renumber the host's kvm group");
+    }
+    gid_map += std::to_string(g) + " " + std::to_string(g) + " 1\n";
+    inside_groups_.push_back(g);
+  }
+  ASSIGN_OR_RETURN(qemu_userns_fd_,
+                   MakeUserNamespace(guest_uid + " " + std::to_string(id.uid) + " 1\n", gid_map));
+  inside_uid_ = protocol::kGuestUid;
+  inside_gid_ = protocol::kGuestGid;
+  guard_.uid = id.uid;
+  guard_.gid = id.gid;
+  return OkStatus();
+}
+
+Status QemuJail::PrepareShares(const JailSpec& spec) {
+  shares_ = spec.shares;
+  std::map<std::pair<uid_t, gid_t>, int> idmaps;  // one namespace per owner
+  for (size_t i = 0; i < spec.shares.size(); ++i) {
+    const JailShare& share = spec.shares[i];
+    if (share.host_path.empty() || share.host_path[0] != '/' || share.fd < 0) {
+      return Error(ErrorCode::kInvalidArgument, "jail: share '" + share.host_path + "' needs an absolute path and an fd");
+    }
+    int fd = open(share.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("open shared folder " + share.host_path, errno);
+    int idmap = -1;
+    Status status = OkStatus();
+    struct stat st;
+    if (qemu_userns_fd_ >= 0 && fstat(fd, &st) == 0) {
+      // As root: the folder's owner and group become QEMU's uid and gid on this mount.
+      auto key = std::make_pair(st.st_uid, st.st_gid);
+      auto made = idmaps.find(key);
+      if (made == idmaps.end()) {
+        // An idmapped mount shows an on-disk id as the namespace maps it from inside to outside.
+        auto ns = MakeUserNamespace(std::to_string(st.st_uid) + " " + std::to_string(*guard_.uid) + " 1\n",
+                                    std::to_string(st.st_gid) + " " + std::to_string(*guard_.gid) + " 1\n");
+        if (ns.ok()) made = idmaps.emplace(key, *ns).first;
+        else status = ns.error();
+      }
+      if (status.ok()) {
+        Status ok = CheckIdmappable(fd, made->second, share.host_path);
+        if (ok.ok()) idmap = made->second;
+        else if (!share.read_only) status = ok;  // read-only: served unmapped
+      }
+    }
+    idmap_fds_.push_back(idmap);
+    targets_.push_back({i, "", true, share.read_only});
+    mounts_.push_back({share.host_path, "", true, share.read_only, idmap >= 0});
+    if (status.ok() && !share.read_only) {
+      auto scan = ScanShare(share.host_path, fd);
+      if (scan.ok()) {
+        for (const ShareMountTarget& t : scan->targets) {
+          targets_.push_back({i, t.relative, t.directory, t.read_only});
+          mounts_.push_back({share.host_path, t.relative, t.directory, t.read_only, false});
+        }
+        guard_.git_dirs.push_back(std::move(scan->git_dirs));
+      } else {
+        status = scan.error();
+      }
+    } else if (status.ok()) {
+      guard_.git_dirs.emplace_back();
+    }
+    close(fd);
+    RETURN_IF_ERROR(status);
+  }
+  // Idmapping namespaces outlive Prepare through idmap_fds_ (several shares may hold one).
+  bool any_rw = false;
+  for (const JailShare& share : spec.shares) any_rw = any_rw || !share.read_only;
+  if (!any_rw) guard_.git_dirs.clear();
+  return OkStatus();
+}
+
 QemuJail::~QemuJail() {
   if (ruleset_fd_ >= 0) close(ruleset_fd_);
+  if (qemu_userns_fd_ >= 0) close(qemu_userns_fd_);
+  std::set<int> idmaps(idmap_fds_.begin(), idmap_fds_.end());
+  for (int fd : idmaps) {
+    if (fd >= 0) close(fd);
+  }
+  for (int fd : guard_sock_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+Status QemuJail::StartGuard(pid_t qemu) {
+  if (guard_sock_[0] < 0) return OkStatus();
+  close(guard_sock_[1]);  // the child's end: recvmsg sees EOF if the child dies before sending
+  guard_sock_[1] = -1;
+  int sock = guard_sock_[0];
+  guard_sock_[0] = -1;
+  ShareGuardConfig config = guard_;
+  config.qemu = qemu;
+  return StartShareGuard(sock, config);
 }
 
 const char* QemuJail::StepName(int step) {
@@ -370,10 +320,12 @@ const char* QemuJail::StepName(int step) {
     case 3: return "cloister jail: making mounts private failed\n";
     case 4: return "cloister jail: opening a shared folder failed\n";
     case 5: return "cloister jail: a protected path in a shared folder is missing, a symlink or changed type\n";
-    case 6: return "cloister jail: a read-only bind in a shared folder failed\n";
+    case 6: return "cloister jail: a bind in a shared folder failed\n";
     case 7: return "cloister jail: reopening a shared folder in the namespace failed\n";
     case 8: return "cloister jail: covering /tmp or /run failed\n";
     case 9: return "cloister jail: landlock_restrict_self failed\n";
+    case 10: return "cloister jail: installing the share guard failed\n";
+    case 11: return "cloister jail: entering QEMU's user namespace or dropping to its uid failed\n";
     default: return "cloister jail: failed\n";
   }
 }
@@ -390,47 +342,7 @@ int QemuJail::Enter() const {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return 3;
   size_t t = 0;
   for (size_t i = 0; i < shares_.size(); ++i) {
-    const JailShare& share = shares_[i];
-    int root = open(share.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (root < 0) return 4;
-    for (; t < targets_.size() && targets_[t].share == i; ++t) {
-      const Target& target = targets_[t];
-      int fd = target.relative.empty() ? dup(root) : OpenBeneath(root, target.relative.c_str());
-      struct stat st;
-      if (fd < 0 || fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) != target.directory ||
-          (!target.directory && !S_ISREG(st.st_mode))) {
-        if (fd >= 0) close(fd);
-        close(root);
-        return 5;
-      }
-      int tree = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
-      bool ok = tree >= 0;
-      if (ok && target.read_only) {
-        struct mount_attr attr;
-        memset(&attr, 0, sizeof(attr));
-        attr.attr_set = MOUNT_ATTR_RDONLY;
-        // A read-only share: everything below too; a git path: its top only (the pins cloned
-        // inside it stay writable).
-        ok = mount_setattr(tree, "", AT_EMPTY_PATH | (target.relative.empty() ? AT_RECURSIVE : 0),
-                           &attr, sizeof(attr)) == 0;
-      }
-      ok = ok && move_mount(tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0;
-      if (tree >= 0) close(tree);
-      close(fd);
-      if (!ok) {
-        close(root);
-        return 6;
-      }
-    }
-    close(root);
-    int view = open(share.host_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (view < 0) return 7;
-    if (view != share.fd) {
-      if (dup2(view, share.fd) < 0) return 7;  // dup2 leaves the new fd inheritable
-      close(view);
-    } else if (fcntl(view, F_SETFD, 0) != 0) {
-      return 7;
-    }
+    if (int step = EnterShare(i, &t)) return step;
   }
   // No path to a socket of the user's agents or daemons (SSH_AUTH_SOCK, D-Bus, docker.sock...):
   // Landlock restricts opening files, not connecting to a named socket.
@@ -441,9 +353,112 @@ int QemuJail::Enter() const {
       return 8;
     }
   }
-  if (ruleset_fd_ >= 0) {
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 9;
-    if (syscall(SYS_landlock_restrict_self, ruleset_fd_, 0) != 0) return 9;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 9;
+  if (int step = EnterGuard()) return step;
+  if (ruleset_fd_ >= 0 && syscall(SYS_landlock_restrict_self, ruleset_fd_, 0) != 0) return 9;
+  return EnterIdentity();
+}
+
+// One share: its own mount (read-only, idmapped as Prepare decided), then the targets inside it,
+// then QEMU's fd for it reopened in the namespace.
+int QemuJail::EnterShare(size_t i, size_t* next) const {
+  const JailShare& share = shares_[i];
+  for (; *next < targets_.size() && targets_[*next].share == i; ++*next) {
+    const Target& target = targets_[*next];
+    // Reopened per target: after the share's own mount, paths resolve in it.
+    int root = open(share.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) return 4;
+    int fd = target.relative.empty() ? dup(root) : OpenBeneath(root, target.relative.c_str());
+    close(root);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) != target.directory ||
+        (!target.directory && !S_ISREG(st.st_mode))) {
+      if (fd >= 0) close(fd);
+      return 5;
+    }
+    int tree = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+    bool ok = tree >= 0;
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    if (target.read_only) attr.attr_set |= MOUNT_ATTR_RDONLY;
+    if (target.relative.empty() && idmap_fds_[i] >= 0) {
+      attr.attr_set |= MOUNT_ATTR_IDMAP;
+      attr.userns_fd = static_cast<uint64_t>(idmap_fds_[i]);
+    }
+    if (ok && attr.attr_set != 0) {
+      // The share itself: everything below too; a git path: its top only (the pins cloned inside
+      // it stay writable).
+      ok = mount_setattr(tree, "", AT_EMPTY_PATH | (target.relative.empty() ? AT_RECURSIVE : 0),
+                         &attr, sizeof(attr)) == 0;
+    }
+    ok = ok && move_mount(tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0;
+    if (tree >= 0) close(tree);
+    close(fd);
+    if (!ok) return 6;
+  }
+  int view = open(share.host_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (view < 0) return 7;
+  if (view != share.fd) {
+    if (dup2(view, share.fd) < 0) return 7;  // dup2 leaves the new fd inheritable
+    close(view);
+  } else if (fcntl(view, F_SETFD, 0) != 0) {
+    return 7;
+  }
+  return 0;
+}
+
+// The share guard's filter, and its listener with the shares' fds sent to the supervisor.
+int QemuJail::EnterGuard() const {
+  if (guard_filter_.empty()) return 0;
+  struct sock_fprog prog;
+  prog.len = static_cast<unsigned short>(guard_filter_.size());
+  prog.filter = const_cast<sock_filter*>(guard_filter_.data());
+  // Once the guard has a call, only a fatal signal ends QEMU's wait (5.19+): an interrupted and
+  // restarted call would be made twice.
+  int listener = static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                                          SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                                          &prog));
+  if (listener < 0 && errno == EINVAL) {
+    listener = static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog));
+  }
+  if (listener < 0) return 10;
+  constexpr size_t kMax = 65;
+  int fds[kMax];
+  size_t n = 0;
+  fds[n++] = listener;
+  for (const JailShare& share : shares_) {
+    if (n == kMax) return 10;
+    fds[n++] = share.fd;
+  }
+  char byte = 'g';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))];
+  memset(control, 0, sizeof(control));
+  msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(n * sizeof(int));
+  memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+  bool sent = sendmsg(guard_sock_[1], &msg, MSG_NOSIGNAL) == 1;
+  close(listener);  // QEMU never holds it: it could answer its own calls
+  return sent ? 0 : 10;
+}
+
+// As root: into QEMU's user namespace, then down to the guest user's ids there (QEMU's own uid on
+// the host). The setns gives this process every capability in that namespace until the drop.
+int QemuJail::EnterIdentity() const {
+  if (qemu_userns_fd_ < 0) return 0;
+  if (setns(qemu_userns_fd_, CLONE_NEWUSER) != 0) return 11;
+  if (setgroups(inside_groups_.size(), inside_groups_.empty() ? nullptr : inside_groups_.data()) != 0 ||
+      setresgid(inside_gid_, inside_gid_, inside_gid_) != 0 ||
+      setresuid(inside_uid_, inside_uid_, inside_uid_) != 0) {
+    return 11;
   }
   return 0;
 }

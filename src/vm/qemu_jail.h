@@ -9,40 +9,45 @@
 // system calls (no allocation: the supervisor is multithreaded).
 //
 // In the child, Enter():
-//  - a non-root caller: unshare(CLONE_NEWUSER | CLONE_NEWNS), uid/gid mapped to themselves (QEMU
-//    still runs as the user, without capabilities after exec); root: unshare(CLONE_NEWNS) (QEMU
-//    then drops to its own uid, vm/qemu_access.h). Every mount becomes a slave: nothing done here
+//  - a non-root caller: unshare(CLONE_NEWUSER | CLONE_NEWNS), the guest user's uid/gid (1000,
+//    protocol/contract.h) mapped to the caller's: QEMU still runs as the user on the host, without
+//    capabilities after exec, and 9p shows the user's files to the guest as its own user's, while
+//    what the guest creates is the user's (issue 38). Root: unshare(CLONE_NEWNS), and at the end
+//    QEMU enters a user namespace Prepare made in which uid/gid 1000 is QEMU's own uid
+//    (vm/qemu_access.h), and drops to it there. Every mount becomes a slave: nothing done here
 //    reaches the host's mount table.
-//  - a read-only share: the whole folder is a read-only bind (the kernel enforces what QEMU's
-//    readonly=on only asks for).
-//  - a read-write share whose top has a `.git` directory: that directory and each existing
-//    submodule/worktree git dir under it is pinned (a bind onto itself, so the guest cannot rename
-//    or remove it and put a git dir of its own in its place), and read-only binds cover, in each:
-//    config, config.worktree, commondir, hooks/, info/, modules/ and worktrees/ (the git dirs
-//    inside the last two stay writable but for their own config, hooks, info, commondir...).
-//    A `.git` FILE (a linked worktree or a submodule checkout) is itself covered read-only.
-//    Guest git still commits, branches, fetches and pushes (objects, refs, logs, index, HEAD,
-//    packed-refs are writable); it cannot change config (`git config`, `git remote add`), add a
-//    submodule or a worktree of the shared repo: do those on the host.
+//  - every share becomes a mount of its own (a recursive bind of the folder onto itself): a
+//    read-only share read-only throughout (the kernel enforces what QEMU's readonly=on only asks
+//    for); as root, idmapped (vm/userns.h) so that the folder's owner and group are QEMU's uid and
+//    gid there: the guest's user acts as the folder's owner and what it makes belongs to that
+//    owner, never to QEMU's uid. A read-write share on a filesystem that cannot be idmapped is
+//    refused (a read-only one is served unmapped).
+//  - a read-write share: every git dir in it is pinned, and what host git executes from is made
+//    read-only (vm/share_scan.h). Guest git still commits, branches, fetches and pushes (objects,
+//    refs, logs, index, HEAD, packed-refs are writable); it cannot change config (`git config`,
+//    `git remote add`), add a submodule or a worktree of the shared repo: do those on the host.
 //  - every target is resolved below the share with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
 //    and must have the type Prepare saw: a symlink or a swap the guest planted fails the boot.
 //  - the fd QEMU is told to use for each share (/proc/self/fd/N) is reopened inside the namespace,
 //    so QEMU's 9p root is the namespace's view (an fd opened outside would see none of the binds).
 //  - empty tmpfs over /tmp, /var/tmp, /run and /dev/shm: no path to an agent or daemon socket.
+//  - with a read-write share, the share guard's seccomp filter (vm/share_guard.h); its listener
+//    and the shares' fds go to the supervisor over a socketpair (StartGuard), which then makes
+//    every entry QEMU creates in a share: no `.git` or other git dir can appear there.
 //  - Landlock (PR_SET_NO_NEW_PRIVS, then landlock_restrict_self) with every access right the
 //    kernel knows handled, abstract unix sockets and signals scoped to QEMU's own domain.
 //
 // SECURITY: everything inside a share is written by the guest; Prepare and Enter never follow a
 // symlink in it and refuse what they did not expect. Nothing here reads file contents.
 //
-// Fail closed: a non-root caller needs both unprivileged user namespaces and Landlock (refused with
-// the figures and a hint otherwise); as root the mount namespace always applies and Landlock is
-// added where the kernel has it (QEMU already runs under a uid that owns nothing).
+// Fail closed: a non-root caller needs unprivileged user namespaces, Landlock and seccomp user
+// notifications with SECCOMP_ADDFD_FLAG_SEND (Linux 5.14) (refused with the figures and a hint
+// otherwise); as root the namespaces and the guard always apply and Landlock is added where the
+// kernel has it (QEMU already runs under a uid that owns nothing).
 //
-// Not covered (docs/threat-model.md): a share with no `.git` at its top, or a repository the guest
-// creates below it (host git run inside a directory the guest made reads the guest's config; as
-// root that directory belongs to QEMU's uid and git refuses it as of "dubious ownership"); a
-// repository whose git dir lies elsewhere inside the share.
+// Not covered (docs/threat-model.md): files other host tools act on when a folder is opened
+// (.vscode/, .idea/, .envrc), and host git config of the user's own that runs a program from
+// inside the repository (a core.hooksPath in the worktree, as husky sets).
 #pragma once
 
 #include <sys/types.h>
@@ -52,6 +57,8 @@
 #include <vector>
 
 #include "base/result.h"
+#include "vm/qemu_access.h"
+#include "vm/share_guard.h"
 
 namespace cloister::vm {
 
@@ -67,12 +74,16 @@ struct JailSpec {
   bool kvm = false;           // /dev/kvm read-write
   // Extra paths QEMU may read (and execute) below, e.g. a QEMU built outside /usr; tests only.
   std::vector<std::string> extra_read_paths;
+  // Who QEMU runs as (QemuIdentityFor): as root, Enter() drops to it inside QEMU's user
+  // namespace, where it is the guest user's uid; the spawn must not drop again.
+  QemuIdentity identity;
 };
 
 // What the kernel offers, probed once.
 struct JailSupport {
   int landlock_abi = 0;     // 0: no Landlock (not built, not enabled in the LSM list, or too old)
   bool user_ns = false;     // an unprivileged user + mount namespace can be made
+  bool guard = false;       // seccomp user notifications with SECCOMP_ADDFD_FLAG_SEND (5.14)
   std::string detail;       // what was found, for errors and `--help`-true messages
 };
 JailSupport ProbeJailSupport();
@@ -83,12 +94,14 @@ struct JailMount {
   std::string relative;  // path below the share ("" = the share itself)
   bool directory = false;
   bool read_only = false;  // false: a pin (a writable bind of the path onto itself)
+  bool idmapped = false;   // the share's own mount, owner and group seen as QEMU's
 };
 
 class QemuJail {
  public:
-  // Checks the shares, creates missing mount targets (owned like the git dir that holds them),
-  // builds the Landlock ruleset. Refuses (kFailedPrecondition, with a hint) what it cannot jail.
+  // Checks the shares, finds what to mount in them (vm/share_scan.h), makes the user namespaces
+  // (root), builds the Landlock ruleset and the guard's filter. Refuses (kFailedPrecondition,
+  // with a hint) what it cannot jail.
   static Result<std::unique_ptr<QemuJail>> Prepare(const JailSpec& spec);
   ~QemuJail();
   QemuJail(const QemuJail&) = delete;
@@ -99,6 +112,9 @@ class QemuJail {
   int Enter() const;
   // A line naming the failed step of Enter() (static storage; async-signal-safe to write(2)).
   static const char* StepName(int step);
+  // In the supervisor once QEMU is spawned (`qemu` is its pid): serves the share guard for it
+  // (vm/share_guard.h), if a share is read-write. On an error the caller must kill QEMU.
+  Status StartGuard(pid_t qemu);
 
   const std::vector<JailMount>& mounts() const { return mounts_; }
   bool landlock() const { return ruleset_fd_ >= 0; }
@@ -112,12 +128,26 @@ class QemuJail {
     bool directory;
     bool read_only;
   };
+  Status PrepareShares(const JailSpec& spec);
+  Status PrepareIdentity(const JailSpec& spec);
+  int EnterShare(size_t share, size_t* next_target) const;
+  int EnterGuard() const;
+  int EnterIdentity() const;
+
   std::vector<JailShare> shares_;
-  std::vector<Target> targets_;
+  std::vector<int> idmap_fds_;  // per share: its idmapping user namespace, or -1
+  std::vector<Target> targets_;  // per share, the share's own mount (relative "") first
   std::vector<JailMount> mounts_;
   bool user_ns_ = false;
   std::string uid_map_, gid_map_;
+  int qemu_userns_fd_ = -1;  // root: the user namespace QEMU enters
+  uid_t inside_uid_ = 0;
+  gid_t inside_gid_ = 0;
+  std::vector<gid_t> inside_groups_;
   int ruleset_fd_ = -1;
+  std::vector<sock_filter> guard_filter_;  // empty: no read-write share, no guard
+  int guard_sock_[2] = {-1, -1};           // the supervisor's end, the child's end
+  ShareGuardConfig guard_;
 };
 
 }  // namespace cloister::vm

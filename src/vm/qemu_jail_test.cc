@@ -1,12 +1,16 @@
-// QemuJail with real processes, real git and real mounts (issue 15 items 2 and 5), as a non-root
-// caller (user + mount namespace, Landlock) and as root (mount namespace, Landlock, uid drop): a
-// shell run exactly as QEMU is (SpawnProcess + before_exec = Enter) plays the compromised QEMU /
-// the guest's writes through 9p. Needs root to make the users' files (label integration).
+// QemuJail with real processes, real git and real mounts (issue 15 items 2 and 5, issue 38), as a
+// non-root caller (user + mount namespace, Landlock) and as root (mount namespace, idmapped shares,
+// Landlock, uid drop in a user namespace), with the share guard served as the supervisor serves
+// it: a shell run exactly as QEMU is (SpawnProcess + before_exec = Enter, then StartGuard) plays
+// the compromised QEMU / the guest's writes through 9p. Needs root to make the users' files (label
+// integration).
 #include "vm/qemu_jail.h"
 
 #include <fcntl.h>
 #include <grp.h>
 #include <stdlib.h>
+#include <string.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -54,10 +58,9 @@ std::string Git(const std::string& dir, const std::string& args) {
 }
 
 // What the jailed shell tries: each line "NAME ok|denied".
-constexpr const char* kScript = R"(
+constexpr const char* kScript = R"SH(
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME=/nonexistent
-export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
-try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name ok"; else echo "$name denied"; fi; }
+try() { name=$1; shift; if "$@" >&2 2>&2; then echo "RESULT $name ok"; else echo "RESULT $name denied"; fi; }
 try read-vault-key cat "$VAULT_KEY"
 try read-ssh-key cat "$SSH_KEY"
 try list-home ls "$USER_HOME"
@@ -86,12 +89,43 @@ try commit git -c user.name=g -c user.email=g@g commit -q --allow-empty -m in-ja
 try branch git branch in-jail-branch
 try push git push -q "$REMOTE" HEAD:refs/heads/pushed
 try fetch git fetch -q "$REMOTE" refs/heads/main:refs/remotes/r/main
+try whoami sh -c '[ "$(id -u)" = 1000 ] && [ "$(stat -c %u README)" = 1000 ]'
+try create-in-home sh -c 'echo x > "$USER_HOME/planted"'
+at_fd='import os, sys; fd = os.open(sys.argv[1], os.O_PATH); os.mkdir("by-fd", dir_fd=fd); os.close(os.open("by-fd-file", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))'
+try by-fd-in-home /usr/bin/python3 -c "$at_fd" "$USER_HOME"
+try by-fd-in-share /usr/bin/python3 -c "$at_fd" .
+enosys='import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); r = libc.syscall(int(sys.argv[1]), -100, b"x", ctypes.create_string_buffer(128), 24); sys.exit(0 if r == -1 and ctypes.get_errno() == 38 else 1)'
+try io-uring-enosys /usr/bin/python3 -c "$enosys" 425
+try openat2-enosys /usr/bin/python3 -c "$enosys" 437
+try nested-init git init -q nested
+try nested-config sh -c "printf '%s\n' '$evil' >> nested/.git/config"
+try nested-mkdir mkdir -p n2/.git
+try nested-mkdir-case mkdir -p n3/.GIT
+try head-outside sh -c 'mkdir -p evil/objects evil/refs && echo "ref: refs/heads/main" > evil/HEAD'
+try evil-config sh -c "printf '%s\n' '$evil' > evil/config"
+try gitfile sh -c 'mkdir -p gf && echo "gitdir: ../evil" > gf/.git'
+try rename-to-git sh -c 'mkdir -p rn/x && mv rn/x rn/.git'
+try symlink-git sh -c 'mkdir -p sl && ln -s ../evil sl/.git'
+try hardlink-git sh -c 'echo x > hl-src && mkdir -p hl && ln hl-src hl/.git'
+try fixture-objects mkdir fixture/objects
+try fixture-commondir sh -c 'echo ../.git > fixture/commondir'
+try vendored-config sh -c "printf '%s\n' '$evil' >> vendor/lib/.git/config"
+try vendored-hook sh -c 'echo x > vendor/lib/.git/hooks/pre-commit'
+try vendored-rename mv vendor/lib/.git vendor/lib/.git-old
+try vendored-commit git -C vendor/lib -c user.name=g -c user.email=g@g commit -q --allow-empty -m in-jail
+try bare-config sh -c "printf '%s\n' '$evil' >> fixtures/bare.git/config"
+try setuid sh -c 'cp /bin/true suid && chmod u+s suid'
+try setgid-file sh -c 'echo x > sgf && chmod g+s sgf'
+try setgid-dir sh -c 'mkdir sgd && chmod g+s sgd && mkdir sgd/sub && echo x > sgd/sub/f'
+try fifo mkfifo fifo1
+try rename-file sh -c 'echo x > r1 && mv r1 r2 && ln r2 r3'
+try symlink-file ln -s README readme-link
 cd /proc/self/fd/$WT_FD || exit 98
 try write-gitfile sh -c 'echo "gitdir: /evil" > .git'
 cd /proc/self/fd/$RO_FD || exit 97
 try read-ro cat README
 try write-ro sh -c 'echo x > planted'
-)";
+)SH";
 
 class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the caller is root
  protected:
@@ -119,6 +153,13 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
     ASSERT_EQ(Git(root_, "init -q --bare " + proj_ + "/.git/modules/sub"), "");
     ASSERT_EQ(Git(root_, "init -q --bare -b main " + remote_), "");
     ASSERT_EQ(Git(proj_, "push -q " + remote_ + " main"), "");
+    // Repositories the host made below the share (issue 38): a vendored clone, a bare test
+    // fixture, and a directory holding a file named HEAD that is no git dir.
+    fs::create_directories(proj_ + "/vendor/lib");
+    ASSERT_EQ(Git(proj_ + "/vendor/lib", "init -q -b main . && git -c user.name=h -c user.email=h@h commit -q --allow-empty -m v"), "");
+    ASSERT_EQ(Git(root_, "init -q --bare " + proj_ + "/fixtures/bare.git"), "");
+    fs::create_directories(proj_ + "/fixture");
+    Write(proj_ + "/fixture/HEAD", "not a ref\n");
     wt_ = home_ + "/wt";
     fs::create_directories(wt_);
     Write(wt_ + "/.git", "gitdir: " + proj_ + "/.git\n");
@@ -132,14 +173,9 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
     ChownTree(ro_, owner_);
     ChownTree(root_ + "/home/proj", GetParam() ? 0 : kUser);  // root's shares stay the user's (root)
     chmod(home_.c_str(), 0700);
-    if (GetParam()) {  // as root, QEMU's uid writes a share where the folder lets it (0777 here)
-      for (const auto& e : fs::recursive_directory_iterator(proj_)) chmod(e.path().c_str(), e.is_directory() ? 0777 : 0666);
-      chmod(proj_.c_str(), 0777);
+    if (GetParam()) {  // root's shares are root's: QEMU acts as their owner through the idmap
       chmod(home_.c_str(), 0711);
       ChownTree(wt_, 0);
-      chmod(wt_.c_str(), 0777);
-      chmod((wt_ + "/.git").c_str(), 0666);
-      ChownTree(remote_, kQemuUid);  // the remote side of a local push does not inherit -c
     }
   }
   void TearDown() override {
@@ -168,6 +204,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
       if (proj < 0 || wt < 0 || ro < 0) _exit(121);
       JailSpec spec;
       spec.shares = {{proj_, proj, false}, {wt_, wt, false}, {ro_, ro, true}};
+      if (GetParam()) spec.identity = {true, kQemuUid, kQemuUid, {}};
       auto jail = QemuJail::Prepare(spec);
       if (!jail.ok()) {
         std::string e = "PREPARE " + jail.error().ToString() + "\n";
@@ -186,19 +223,21 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
       setenv("WT_FD", std::to_string(wt).c_str(), 1);
       setenv("RO_FD", std::to_string(ro).c_str(), 1);
       setenv("REMOTE", remote_.c_str(), 1);
-      setenv("CANARY", (root_ + "/canary").c_str(), 1);
+      setenv("CANARY", (home_ + "/canary").c_str(), 1);  // the host user may write it
       SpawnOptions so;
       so.stdout_path = out;
       so.keep_fds = {proj, wt, ro};
       const QemuJail* j = jail->get();
       so.before_exec = [j] { return j->Enter(); };
       so.before_exec_error = &QemuJail::StepName;
-      if (GetParam()) {
-        so.uid = kQemuUid;
-        so.gid = kQemuUid;
-      }
       auto child = SpawnProcess({"sh", "-c", kScript}, so);
       if (!child.ok()) _exit(123);
+      if (auto guard = (*jail)->StartGuard(*child); !guard.ok()) {
+        std::string e = "GUARD " + guard.error().ToString() + "\n";
+        (void)!write(pipefd[1], e.data(), e.size());
+        kill(*child, SIGKILL);
+        _exit(125);
+      }
       auto st = WaitChild(*child, std::chrono::minutes(5));
       _exit(st ? *st : 124);
     }
@@ -215,7 +254,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
     std::istringstream lines(Read(out));
     for (std::string line; std::getline(lines, line);) {
       auto sp = line.rfind(' ');
-      if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
+      if (line.rfind("RESULT ", 0) == 0 && sp > 7) result[line.substr(7, sp - 7)] = line.substr(sp + 1);
     }
     std::istringstream ml(info);
     for (std::string line; std::getline(ml, line);) {
@@ -259,11 +298,88 @@ TEST_P(QemuJailTest, GuestCannotPlantHostGitCodeAndQemuOpensNoFileByPath) {
   std::string status = Git(proj_, "status --porcelain");
   EXPECT_EQ(status.find("fatal"), std::string::npos) << status;
   EXPECT_EQ(Git(proj_, "-c user.name=h -c user.email=h@h commit -q --allow-empty -m host2"), "");
-  EXPECT_FALSE(fs::exists(root_ + "/canary")) << "host git ran the guest's code";
-  EXPECT_EQ(Read(proj_ + "/.git/commondir"), ".\n");
+  EXPECT_FALSE(fs::exists(home_ + "/canary")) << "host git ran the guest's code";
+  EXPECT_FALSE(fs::exists(proj_ + "/.git/commondir"));  // refused, not made (the guard)
   EXPECT_TRUE(fs::is_directory(proj_ + "/.git/modules/sub/hooks"));
   // Nothing of the jail reached the host's mount table.
   EXPECT_EQ(Read("/proc/self/mountinfo").find(proj_), std::string::npos);
+}
+
+// Issue 38: the guest's user is the share's owner both ways, and nothing it creates anywhere
+// below a share is a git dir host git would use; the guard makes nothing outside the shares.
+TEST_P(QemuJailTest, SharesMapTheOwnerAndNoRepositoryCanAppearBelowThem) {
+  std::vector<JailMount> mounts;
+  std::string log;
+  auto r = RunJailed(&mounts, &log);
+  ASSERT_FALSE(r.empty()) << log;
+  const uid_t share_owner = GetParam() ? 0 : kUser;
+  // The shell (QEMU) sees the share's owner as the guest's user, and what it makes is the owner's.
+  EXPECT_EQ(r["whoami"], "ok") << log;
+  for (const char* op : {"by-fd-in-share", "vendored-commit", "setgid-dir", "fifo", "rename-file", "symlink-file",
+                         "io-uring-enosys", "openat2-enosys"}) {
+    EXPECT_EQ(r[op], "ok") << op << "\n" << log;
+  }
+  for (const char* made : {"guest.txt", "by-fd", "by-fd-file", "sgd/sub/f", "r3", "readme-link"}) {
+    struct stat st;
+    ASSERT_EQ(lstat((proj_ + "/" + made).c_str(), &st), 0) << made << "\n" << log;
+    EXPECT_EQ(st.st_uid, share_owner) << made;
+  }
+  struct stat sgd;
+  ASSERT_EQ(stat((proj_ + "/sgd").c_str(), &sgd), 0);
+  EXPECT_TRUE(sgd.st_mode & S_ISGID);
+  // No git dir, gitfile or bare-repository shape appears; what the host made stays protected; no
+  // set-user-ID or set-group-ID file; nothing is made outside the shares, by path or by fd.
+  for (const char* op : {"create-in-home", "by-fd-in-home", "nested-init", "nested-config", "nested-mkdir",
+                         "nested-mkdir-case", "head-outside", "gitfile", "rename-to-git",
+                         "symlink-git", "hardlink-git", "fixture-objects", "fixture-commondir",
+                         "vendored-config", "vendored-hook", "vendored-rename", "bare-config",
+                         "setuid", "setgid-file"}) {
+    EXPECT_EQ(r[op], "denied") << op << "\n" << log;
+  }
+  for (const char* planted : {"nested/.git", "n2/.git", "n3/.GIT", "evil/HEAD", "gf/.git", "rn/.git",
+                              "sl/.git", "hl/.git", "fixture/objects", "fixture/commondir"}) {
+    EXPECT_FALSE(fs::exists(fs::symlink_status(proj_ + "/" + planted))) << planted;
+  }
+  for (const char* outside : {"planted", "by-fd", "by-fd-file"}) EXPECT_FALSE(fs::exists(home_ + "/" + outside)) << outside;
+  struct stat suid;
+  if (lstat((proj_ + "/suid").c_str(), &suid) == 0) {
+    EXPECT_FALSE(suid.st_mode & (S_ISUID | S_ISGID));
+  }
+  // Host git, as the share's owner and without safe.directory: every directory below the share
+  // resolves to the git dir the host made for it, and status, diff and log there run nothing.
+  auto host_git = [&](const std::string& dir, const std::string& args) {
+    std::string cmd = "cd '" + dir + "' && GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git " + args + " 2>&1";
+    std::vector<std::string> argv = {"sh", "-c", cmd};
+    if (!GetParam()) {
+      argv.insert(argv.begin(), {"setpriv", "--reuid=" + std::to_string(kUser), "--regid=" + std::to_string(kUser),
+                                 "--clear-groups"});
+    }
+    auto g = RunProcess(argv);
+    return g.ok() ? g->out : g.error().ToString();
+  };
+  std::string status = host_git(proj_, "status --porcelain");
+  EXPECT_EQ(status.find("dubious"), std::string::npos) << status;
+  EXPECT_EQ(status.find("fatal"), std::string::npos) << status;
+  std::map<std::string, std::string> own = {{"vendor/lib", "/vendor/lib/.git"}, {"fixtures/bare.git", "/fixtures/bare.git"},
+                                            {"remote.git", "/remote.git"}};
+  for (const auto& e : fs::recursive_directory_iterator(proj_)) {
+    if (e.is_symlink() || !e.is_directory()) continue;
+    std::string rel = e.path().lexically_relative(proj_).string();
+    bool internal = false;
+    for (const char* gitdir : {".git", "vendor/lib/.git", "fixtures/bare.git/", "remote.git/"}) {
+      internal = internal || rel == gitdir || rel.rfind(std::string(gitdir) + (gitdir[strlen(gitdir) - 1] == '/' ? "" : "/"), 0) == 0;
+    }
+    if (internal) continue;
+    std::string expect = proj_ + "/.git";
+    for (const auto& [dir, gitdir] : own) {
+      if (rel == dir || rel.rfind(dir + "/", 0) == 0) expect = proj_ + gitdir;
+    }
+    EXPECT_EQ(host_git(e.path().string(), "rev-parse --absolute-git-dir"), expect + "\n") << rel;
+    host_git(e.path().string(), "status");
+    host_git(e.path().string(), "diff");
+    host_git(e.path().string(), "log -1");
+  }
+  EXPECT_FALSE(fs::exists(home_ + "/canary")) << "host git ran the guest's code";
 }
 
 INSTANTIATE_TEST_SUITE_P(Caller, QemuJailTest, ::testing::Values(false, true),
