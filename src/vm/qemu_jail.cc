@@ -151,6 +151,9 @@ Result<std::unique_ptr<QemuJail>> QemuJail::Prepare(const JailSpec& spec) {
   }
   RETURN_IF_ERROR(jail->PrepareIdentity(spec));
   RETURN_IF_ERROR(jail->PrepareShares(spec));
+  if (!jail->user_ns_ && !spec.identity.drop) {  // fail closed: QEMU would stay root
+    return Error(ErrorCode::kInvalidArgument, "jail: as root, QEMU needs an identity to drop to");
+  }
   if (!jail->guard_.git_dirs.empty()) {
     if (!support.guard) {
       return Error(ErrorCode::kFailedPrecondition,
@@ -213,7 +216,7 @@ Status QemuJail::PrepareIdentity(const JailSpec& spec) {
     gid_map_ = guest_gid + " " + std::to_string(getgid()) + " 1\n";
     return OkStatus();
   }
-  if (!spec.identity.drop) return OkStatus();  // root without a drop: tests of the mounts only
+  if (!spec.identity.drop) return OkStatus();  // refused by Prepare once the shares are checked
   const QemuIdentity& id = spec.identity;
   std::string gid_map = guest_gid + " " + std::to_string(id.gid) + " 1\n";
   for (gid_t g : id.groups) {  // kvm keeps its number inside
@@ -246,7 +249,8 @@ Status QemuJail::PrepareShares(const JailSpec& spec) {
     int idmap = -1;
     Status status = OkStatus();
     struct stat st;
-    if (qemu_userns_fd_ >= 0 && fstat(fd, &st) == 0) {
+    if (qemu_userns_fd_ >= 0 && fstat(fd, &st) != 0) status = ErrnoError("stat " + share.host_path, errno);
+    if (qemu_userns_fd_ >= 0 && status.ok()) {
       // As root: the folder's owner and group become QEMU's uid and gid on this mount.
       auto key = std::make_pair(st.st_uid, st.st_gid);
       auto made = idmaps.find(key);

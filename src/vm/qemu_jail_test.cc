@@ -421,6 +421,17 @@ TEST(QemuJailPrepareTest, SymlinkAtAProtectedPathIsRefused) {
   fs::remove_all(root);
 }
 
+// As root the jail is what drops QEMU's uid: without an identity to drop to, it refuses.
+TEST(QemuJailPrepareTest, RootWithoutAnIdentityIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "root only";
+  auto jail = QemuJail::Prepare(JailSpec{});
+  ASSERT_FALSE(jail.ok());
+  EXPECT_NE(jail.error().message().find("identity"), std::string::npos) << jail.error().ToString();
+  JailSpec spec;
+  spec.identity = {true, kQemuUid, kQemuUid, {}};
+  EXPECT_TRUE(QemuJail::Prepare(spec).ok());
+}
+
 // A failed jail step never execs: the child exits 125 and says which step failed.
 TEST(QemuJailPrepareTest, AFailedStepNeverExecs) {
   char t[] = "/var/tmp/cloister-jail-step.XXXXXX";
