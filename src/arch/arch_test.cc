@@ -13,6 +13,7 @@
 //   guest                             -> any host module but channel, protocol and base
 //   protocol (the host-guest contract) -> any module (header-only, below everything)
 //   browser (the profile disk)        -> supervisor, cli, proxy, aws, oauth, sshagent (below the supervisor)
+//   devcontainer (hostile repo input) -> vm, supervisor, cli, proxy, aws, oauth, sshagent
 // Each violation is printed as FILE:LINE with the edge, so the failure says what to change.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,7 +54,8 @@ struct ModuleRule {
 
 const std::vector<std::string> kHostModules = {
     "audit", "aws",      "catalog",    "cli",   "image", "lifecycle", "proxy",
-    "sshagent", "store", "supervisor", "transfer", "vault", "vm", "oauth", "browser"};
+    "sshagent", "store", "supervisor", "transfer", "vault", "vm", "oauth", "browser",
+    "devcontainer"};
 
 std::vector<ModuleRule> Rules() {
   return {
@@ -69,6 +71,8 @@ std::vector<ModuleRule> Rules() {
       {"protocol", {}, {"protocol"}, "the contract is header-only and below every module"},
       {"browser", {"supervisor", "cli", "proxy", "aws", "oauth", "sshagent"}, {},
        "the browser profile disk sits below the supervisor (which attaches it) and the CLI"},
+      {"devcontainer", {"vm", "supervisor", "cli", "proxy", "aws", "oauth", "sshagent"}, {},
+       "reading a repository's devcontainer starts no VM and holds no credential"},
   };
 }
 

@@ -104,6 +104,12 @@ class CharStream {
 
 }  // namespace
 
+std::vector<std::string_view> KnownCredentialPrefixes() {
+  std::vector<std::string_view> out;
+  for (const KnownPrefix& k : kPrefixes) out.push_back(k.prefix);
+  return out;
+}
+
 std::string_view JwtSignature(std::string_view jwt) {
   size_t a = jwt.find('.');
   if (a == std::string_view::npos) return {};

@@ -24,6 +24,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 #include "vault/credential.h"
@@ -54,6 +55,11 @@ Result<std::string> MakeJwtPlaceholder(std::string_view install_salt, std::strin
                                        std::string_view id, std::string_view real_jwt);
 // The last segment of a JWT ("" if `jwt` has no two dots).
 std::string_view JwtSignature(std::string_view jwt);
+
+// The prefixes whose structure placeholders keep (sk-ant-api03-, ghp_, github_pat_, glpat-, ...),
+// longest first within a family: what a real key of a known kind starts with
+// (credential_shape.h).
+std::vector<std::string_view> KnownCredentialPrefixes();
 
 // GitHub token checksum: base62 (0-9A-Za-z) of CRC32(body), left-padded with '0' to 6 characters.
 std::string GithubChecksum(std::string_view body);
