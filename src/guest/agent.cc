@@ -249,13 +249,20 @@ Status CheckTerminal(const UserInfo& user, const std::vector<std::string>& env, 
 
 Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
                          const std::string& cwd, const std::vector<std::string>& window_command,
-                         const std::string& window_name) {
+                         const std::string& window_name, const std::vector<TmuxWindow>& more) {
   SpawnSpec spec;
   spec.argv = {"tmux", "new-session", "-d", "-s", "cloister"};
   if (!cwd.empty()) spec.argv.insert(spec.argv.end(), {"-c", cwd});
   if (!window_name.empty()) spec.argv.insert(spec.argv.end(), {"-n", window_name});
   // tmux runs a command given as several arguments directly (no shell re-parsing).
   spec.argv.insert(spec.argv.end(), window_command.begin(), window_command.end());
+  // Further windows in the same tmux process: an argument ";" separates tmux commands.
+  for (const TmuxWindow& w : more) {
+    spec.argv.insert(spec.argv.end(), {";", "new-window", "-d", "-t", "cloister"});
+    if (!cwd.empty()) spec.argv.insert(spec.argv.end(), {"-c", cwd});
+    if (!w.name.empty()) spec.argv.insert(spec.argv.end(), {"-n", w.name});
+    spec.argv.insert(spec.argv.end(), w.command.begin(), w.command.end());
+  }
   spec.env = env;
   bool has_term = false;
   for (const auto& e : env) has_term |= StartsWith(e, "TERM=");

@@ -15,6 +15,7 @@
 
 #include "base/result.h"
 #include "guest/config.h"
+#include "guest/devcontainer.h"
 #include "guest/tool.h"
 #include "guest/users.h"
 
@@ -30,6 +31,7 @@ struct AgentOptions {
   bool switch_user = true;
   std::string profile_path = "/etc/profile.d/cloister.sh";
   ToolPaths tool_paths;  // the coding agent's marker, status, log and scripts (guest/tool.h)
+  LifecyclePaths lifecycle_paths;  // a devcontainer's marker, status, log, window (devcontainer.h)
   // Where the proxy CA goes: its own file (picked up by update-ca-certificates on a Debian
   // system) and the bundle every TLS library reads (OpenSSL, curl, git, Python, Node with
   // NODE_EXTRA_CA_CERTS). The bundle gets the PEM appended once, never a second time.
@@ -69,13 +71,21 @@ Result<std::string> FindVirtioPort(const std::string& name,
 Status CheckTerminal(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
                      std::chrono::milliseconds timeout);
 
+// A tmux window: its name and command (empty: tmux's default shell).
+struct TmuxWindow {
+  std::string name;
+  std::vector<std::string> command;
+};
+
 // Starts (or keeps) the detached tmux session `cloister` as `user`. Its first window starts in
 // `cwd` ("" = the home) and runs `window_command` (empty: tmux's default shell), e.g. the coding
-// agent's window script (guest/tool.h).
+// agent's window script (guest/tool.h); `more` are further windows (the devcontainer's,
+// guest/devcontainer.h), made by the same tmux process.
 Status EnsureTmuxSession(const UserInfo& user, const std::vector<std::string>& env, bool switch_user,
                          const std::string& cwd = "",
                          const std::vector<std::string>& window_command = {},
-                         const std::string& window_name = "");
+                         const std::string& window_name = "",
+                         const std::vector<TmuxWindow>& more = {});
 
 // Listens on "tcp:HOST:PORT" or "unix:PATH"; returns the listening fd (close-on-exec). For tcp
 // with port 0, `bound_port` receives the port chosen.

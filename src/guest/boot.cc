@@ -27,12 +27,14 @@
 #include <thread>
 #include <vector>
 
+#include "base/file_util.h"
 #include "base/strings.h"
 #include "channel/exec_proto.h"
 #include "channel/mux.h"
 #include "guest/agent.h"
 #include "guest/agent_log.h"
 #include "guest/browser.h"
+#include "guest/devcontainer.h"
 #include "guest/exec_server.h"
 #include "guest/listeners.h"
 #include "guest/spawn.h"
@@ -237,8 +239,22 @@ class Boot {
         window = ToolWindowCommand(*tool_, o_.tool_paths);
         window_name = std::string(tool_->name);
       }
+      // A devcontainer's lifecycle window: the first one when there is no coding agent.
+      std::vector<TmuxWindow> more;
+      if (HasLifecycle()) {
+        if (auto st = WriteLifecycleWindowScript(o_.lifecycle_paths); !st.ok()) {
+          log_("devcontainer: " + st.error().message());
+        }
+        TmuxWindow w{"devcontainer", {"/bin/sh", o_.lifecycle_paths.WindowScript()}};
+        if (window.empty()) {
+          window = w.command;
+          window_name = w.name;
+        } else {
+          more.push_back(std::move(w));
+        }
+      }
       if (auto t = EnsureTmuxSession(*user_, user_env_, o_.switch_user, config_.workdir, window,
-                                     window_name);
+                                     window_name, more);
           !t.ok()) {
         log_(t.error().message());
       }
@@ -374,6 +390,7 @@ class Boot {
           return;
         }
         StartToolInstaller();
+        StartLifecycle();
       }
       std::lock_guard<std::mutex> l(shared_.mu);
       const int64_t init_ms = std::min(InitStartMs(), agent_ms_);
@@ -404,6 +421,37 @@ class Boot {
     } else {
       log_("tool " + config_.tool + ": installer started (log " + o_.tool_paths.log + ")");
     }
+  }
+
+  bool HasLifecycle() const {
+    return config_.devcontainer.enabled &&
+           !(config_.devcontainer.create.empty() && config_.devcontainer.start.empty());
+  }
+
+  // A devcontainer's lifecycle commands (guest/devcontainer.h), as its remoteUser, once the
+  // terminal is proven and the egress is up, beside the tool's installer.
+  void StartLifecycle() {
+    if (!HasLifecycle()) return;
+    std::thread([this] {
+      const DevcontainerLifecycle& l = config_.devcontainer;
+      auto user = LookupUser(l.user, o_.passwd_path, o_.group_path);
+      if (!user.ok()) {
+        (void)WriteFileAtomic(o_.lifecycle_paths.Status(),
+                              "failed: remoteUser " + l.user + " is not a user of this image\n", 0644);
+        log_("devcontainer: " + user.error().message());
+        return;
+      }
+      LifecycleRun run;
+      run.user = *user;
+      run.switch_user = o_.switch_user;
+      run.env = CommandEnv(*user, config_.env, {}, "");
+      run.cwd = config_.workdir;
+      run.paths = o_.lifecycle_paths;
+      log_("devcontainer: lifecycle commands started as " + l.user + " (log " + run.paths.log + ")");
+      Status st = RunDevcontainerLifecycle(l, run);
+      log_(st.ok() ? "devcontainer: lifecycle commands done"
+                   : "devcontainer: " + st.error().message());
+    }).detach();
   }
 
   // An exec or ssh stream's handler: its command runs, on a thread of its own, once the tmux

@@ -174,6 +174,11 @@ Result<AgentConfig> ParseAgentConfig(const std::string& text) {
       }
     }
   }
+  if (j.contains("devcontainer")) {
+    // SECURITY: the repository's commands, run only in this VM as the named user (a name
+    // LookupUser finds in the image's passwd, or the run fails); bounded by the parser.
+    ASSIGN_OR_RETURN(c.devcontainer, ParseDevcontainerLifecycle(j["devcontainer"]));
+  }
   if (j.contains("forwards")) {
     if (!j["forwards"].is_array()) return Bad("forwards must be an array");
     for (const auto& f : j["forwards"]) {

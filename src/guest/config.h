@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "guest/devcontainer.h"
 #include "protocol/contract.h"
 
 namespace cloister::guest {
@@ -77,6 +78,8 @@ struct AgentConfig {
   bool auto_ports = false;
   // A browser VM: no home disk (home_device ""), no tmux; Chromium instead (guest/browser.h).
   BrowserConfig browser;
+  // A devcontainer's lifecycle commands (guest/devcontainer.h); enabled when the key is there.
+  DevcontainerLifecycle devcontainer;
 };
 
 Result<AgentConfig> ParseAgentConfig(const std::string& json);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include "base/agent_tools.h"
+#include "devcontainer/workspace.h"
 #include "store/layout.h"
 #include "supervisor/ports.h"
 
@@ -14,6 +15,12 @@ Result<BootPlan> PlanBoot(const BootInputs& in) {
   MetaConfig& meta = plan.meta;
   meta.workspace = in.workspace;
   meta.boot_id = in.boot_id;
+  // A devcontainer's environment and lifecycle commands (devcontainer/workspace.h), checked again
+  // as they are read: a credential-shaped value refuses the boot. Everything cloister sets below
+  // goes over its environment.
+  ASSIGN_OR_RETURN(auto dc, devcontainer::WorkspaceDevcontainerFromConfig(config));
+  for (const auto& [k, v] : dc.env) meta.env[k] = v;
+  if (!dc.steps.empty()) meta.devcontainer = devcontainer::GuestLifecycleJson(dc);
   // SECURITY: placeholders, proxy settings and the CA certificate only (supervisor/egress.h).
   for (const auto& [k, v] : in.guest.env) meta.env[k] = v;
   for (const GuestFileSpec& f : in.guest.files) {

@@ -1,5 +1,7 @@
 #include "supervisor/boot_plan.h"
 
+#include "devcontainer/workspace.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
@@ -288,6 +290,43 @@ TEST(BootPlanTest, TbSizeAndFreePageReportingOverridesTable) {
     EXPECT_EQ(plan->spec.tcg_tb_size_mib, c.want_tb) << c.tb_size;
     EXPECT_EQ(plan->spec.free_page_reporting, c.want_reporting) << c.reporting;
   }
+}
+
+}  // namespace
+}  // namespace cloister::vm
+
+namespace cloister::vm {
+namespace {
+
+// A workspace made from a devcontainer (devcontainer/workspace.h): its environment goes under
+// cloister's own, its lifecycle commands into the metadata; a credential put into the stored
+// section refuses the boot.
+TEST(BootPlanTest, ADevcontainersEnvironmentAndCommandsReachTheGuestUnderCloistersOwn) {
+  BootInputs in = Inputs();
+  devcontainer::WorkspaceDevcontainer dc;
+  dc.env = {{"EDITOR", "vi"}, {"PATH", "/opt/tool/bin:/usr/bin:/bin"}};
+  dc.remote_user = "root";
+  dc.steps = {{"postCreateCommand", "devcontainer.json",
+               *devcontainer::ParseLifecycleCommand(nlohmann::json("make setup"), "k")}};
+  ASSERT_TRUE(PutConfigSection(devcontainer::WorkspaceDevcontainerSection(), in.config, dc).ok());
+  auto plan = PlanBoot(in);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  EXPECT_EQ(plan->meta.env.at("EDITOR"), "vi");
+  EXPECT_EQ(plan->meta.env.at("HTTPS_PROXY"), "http://127.0.0.1:3128");
+  EXPECT_EQ(plan->meta.env.at("PATH"), "/opt/tool/bin:/usr/bin:/bin");
+  ASSERT_FALSE(plan->meta.devcontainer.is_null());
+  EXPECT_EQ(plan->meta.devcontainer["user"], "root");
+  EXPECT_EQ(plan->meta.devcontainer["create"][0]["commands"][0]["shell"], "make setup");
+  EXPECT_EQ(MetaConfigJson(plan->meta)["devcontainer"], plan->meta.devcontainer);
+  // Without the section: no devcontainer key at all.
+  auto plain = PlanBoot(Inputs());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(MetaConfigJson(plain->meta).contains("devcontainer"));
+  // A key written into the stored section by hand: the boot is refused.
+  in.config.extra[devcontainer::kWorkspaceKey]["env"]["K"] = "sk-ant-api03-" + std::string(40, 'k');
+  auto refused = PlanBoot(in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kPermissionDenied);
 }
 
 }  // namespace

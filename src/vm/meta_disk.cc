@@ -51,6 +51,7 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
     }
     doc["forwards"] = forwards;
   }
+  if (!config.devcontainer.is_null()) doc["devcontainer"] = config.devcontainer;
   if (config.browser) {
     doc["home_device"] = "";  // a browser VM has no home disk
     doc["browser"] = {{"cdp_port", config.browser->cdp_port},

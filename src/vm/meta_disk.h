@@ -77,6 +77,9 @@ struct MetaConfig {
   std::vector<MetaForward> forwards;
   // A browser VM: the "browser" key, and "home_device" "" (it has no home disk).
   std::optional<MetaBrowser> browser;
+  // A devcontainer's lifecycle commands, the "devcontainer" object as guest/devcontainer.h reads
+  // it (made by devcontainer/workspace.h's GuestLifecycleJson); null: none.
+  nlohmann::json devcontainer;
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,
