@@ -231,7 +231,8 @@ Result<PreparedBuild> PrepareBuild(const BuildRequest& req) {
                                              p.location.root + "/" + p.location.file, p.sha256,
                                              p.plan.name));
   RETURN_IF_ERROR(image::oci::ValidatePlan(p.plan));
-  p.inputs_digest = catalog::Sha256Hex(content + "plan " + image::oci::PlanDigest(p.plan) + "\n");
+  p.plan.inputs_sha256 = catalog::Sha256Hex(content);
+  p.inputs_digest = image::oci::PlanDigest(p.plan);
   return p;
 }
 

@@ -17,9 +17,10 @@
 //     (the folder's SHA-256) recorded;
 //   - the workspace's settings: containerEnv (with the Features'), remoteUser, the lifecycle
 //     commands, forwardPorts.
-// The inputs digest covers what the plan names only by path (the devcontainer.json's, the
-// Dockerfile's and the context's bytes, the base archives' bytes) with PlanDigest: the same inputs
-// give the same digest, so an image built from them can be reused.
+// The plan's inputs_sha256 covers what it names only by path (the devcontainer.json's, the
+// Dockerfile's and the context's bytes, the base archives' bytes), so its PlanDigest (the catalog
+// entry's provenance "plan") changes with any of them: the same inputs give the same digest, and
+// an image built from them is reused.
 //
 // SECURITY: nothing of the repository runs here; its files are read and copied through repo.h
 // only; the Dockerfile's RUN lines and the Features' install.sh run in the builder VM (the image
@@ -61,7 +62,7 @@ struct PreparedBuild {
   Config config;
   std::string sha256;  // the devcontainer.json's
   image::oci::BuildPlan plan;
-  std::string inputs_digest;
+  std::string inputs_digest;  // PlanDigest(plan)
   WorkspaceDevcontainer workspace;
   Notices notices;  // devcontainer.json's, then each Feature's
 };

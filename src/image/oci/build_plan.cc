@@ -246,6 +246,7 @@ std::string PlanDigest(const BuildPlan& plan) {
     }
   }
   Field(b, "devcontainer", plan.devcontainer_sha256);
+  if (!plan.inputs_sha256.empty()) Field(b, "inputs", plan.inputs_sha256);
   Field(b, "disk", std::to_string(plan.disk_size_bytes));
   return catalog::Sha256Hex(b);
 }

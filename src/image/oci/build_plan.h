@@ -120,6 +120,10 @@ struct BuildPlan {
   Source source;
   std::vector<Step> steps;
   std::string devcontainer_sha256;  // copied into the provenance ("" when not from one)
+  // The SHA-256 (hex) of the bytes of what the plan names only by path (a Dockerfile, its
+  // context, a base archive), from the front end that copied them (devcontainer/build.h), so that
+  // PlanDigest changes when they do; "" when the front end hashed nothing.
+  std::string inputs_sha256;
   // The registry login, as a credential of a vault (`cloister cred add`): swapped in by the
   // builder's proxy for the registry's host only, never in the builder VM or the image.
   // "" = anonymous pulls.
@@ -141,8 +145,8 @@ inline constexpr uint64_t kMaxDiskBytes = 256ull << 30;
 Status ValidatePlan(const BuildPlan& plan);
 
 // SHA-256 (hex) of the plan's inputs as given (the source ref, the Dockerfile's path, args and
-// target, each step's name, command, environment and digest, the devcontainer's SHA-256, the disk
-// size), independent of the image name: the same plan twice gives the same digest. A registry
+// target, each step's name, command, environment and digest, the devcontainer's SHA-256, the
+// inputs' SHA-256, the disk size), independent of the image name: the same plan twice gives the same digest. A registry
 // tag is hashed as written (its manifest may move; the built image's provenance has the digest).
 std::string PlanDigest(const BuildPlan& plan);
 

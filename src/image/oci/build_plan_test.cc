@@ -135,6 +135,9 @@ TEST_F(BuildPlanTest, DigestFollowsInputsNotTheName) {
   BuildPlan r = p;
   r.devcontainer_sha256 = "00";
   EXPECT_NE(PlanDigest(p), PlanDigest(r));
+  BuildPlan i = p;
+  i.inputs_sha256 = "00";
+  EXPECT_NE(PlanDigest(p), PlanDigest(i));
   // Field boundaries are length-prefixed: moving bytes between fields changes the digest.
   BuildPlan s1 = p, s2 = p;
   s1.steps.push_back({"ab", "", "c", {}, ""});
