@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "base/file_util.h"
 #include "base/strings.h"
@@ -90,7 +91,17 @@ Status DockerfileSourceOf(const PreparedBuild& p, const RepoDir& repo, const Bui
   limits.max_bytes = kMaxContextBytes;
   limits.max_entries = kMaxContextEntries;
   limits.max_depth = 64;
-  auto tree = repo.CopyTree(context, source.dockerfile.context, limits);
+  // The context's .dockerignore, as Docker applies it: what it excludes is not copied.
+  std::optional<DockerIgnore> ignore;
+  auto ignore_text = repo.ReadFile(context == "." ? ".dockerignore" : context + "/.dockerignore",
+                                   kMaxDockerignoreBytes);
+  if (ignore_text.ok()) {
+    ASSIGN_OR_RETURN(ignore, DockerIgnore::Parse(*ignore_text));
+    content_digests += "dockerignore " + catalog::Sha256Hex(*ignore_text) + "\n";
+  } else if (ignore_text.error().code() != ErrorCode::kNotFound) {
+    return ignore_text.error().WithContext("the build context's .dockerignore");
+  }
+  auto tree = repo.CopyTree(context, source.dockerfile.context, limits, ignore ? &*ignore : nullptr);
   if (!tree.ok()) return tree.error().WithContext("the build context " + context);
   content_digests += "dockerfile " + catalog::Sha256Hex(text) + "\ncontext " + tree->sha256 + "\n";
   for (const auto& base : req.base_images) {

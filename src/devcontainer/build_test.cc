@@ -144,6 +144,31 @@ TEST_F(BuildTest, PathsThatLeaveTheRepositoryAreRefused) {
   EXPECT_FALSE(PrepareBuild(Request()).ok());
 }
 
+TEST_F(BuildTest, TheContextsDockerignoreIsApplied) {
+  fs::create_directories(repo_ / "node_modules" / "big");
+  Write("node_modules/big/index.js", "module.exports = 1;\n");
+  Write(".dockerignore", "node_modules\n*.log\n");
+  Write("debug.log", "x");
+  auto p = PrepareBuild(Request());
+  ASSERT_TRUE(p.ok()) << p.error().ToString();
+  fs::path ctx = p->plan.source.dockerfile.context;
+  EXPECT_FALSE(fs::exists(ctx / "node_modules"));
+  EXPECT_FALSE(fs::exists(ctx / "debug.log"));
+  EXPECT_TRUE(fs::exists(ctx / "src" / "main.c"));
+  // What is ignored does not move the digest; the .dockerignore itself does.
+  std::string before = p->inputs_digest;
+  Write("node_modules/big/index.js", "changed");
+  fs::remove_all(base_ / "staging");
+  auto same = PrepareBuild(Request());
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->inputs_digest, before);
+  Write(".dockerignore", "node_modules\n");
+  fs::remove_all(base_ / "staging");
+  auto other = PrepareBuild(Request());
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->inputs_digest, before);
+}
+
 TEST_F(BuildTest, SymlinksInTheContextAreCopiedNotFollowed) {
   fs::create_symlink(base_ / "secret", repo_ / "src" / "leak");
   std::ofstream(base_ / "secret") << "host secret";

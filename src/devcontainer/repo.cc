@@ -63,7 +63,8 @@ class Hasher {
 // Walks a folder through fds (never following a symlink), hashing it and, with `dest`, copying it.
 class TreeWalker {
  public:
-  TreeWalker(const CopyLimits& limits, const std::string& what) : limits_(limits), what_(what) {}
+  TreeWalker(const CopyLimits& limits, const std::string& what, const DockerIgnore* ignore)
+      : limits_(limits), what_(what), ignore_(ignore) {}
 
   Status Walk(int dir_fd, const std::string& rel, const std::string& dest, int depth) {
     if (depth > limits_.max_depth) return TooBig("deeper than " + std::to_string(limits_.max_depth) + " folders");
@@ -92,6 +93,9 @@ class TreeWalker {
       struct stat st;
       if (fstatat(dir_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return ErrnoError(what_ + ": " + child, errno);
+      }
+      if (ignore_ && ignore_->Excluded(child) && !(S_ISDIR(st.st_mode) && ignore_->HasExceptions())) {
+        continue;
       }
       std::string out = dest.empty() ? "" : dest + "/" + n;
       if (S_ISDIR(st.st_mode)) {
@@ -169,6 +173,7 @@ class TreeWalker {
 
   const CopyLimits& limits_;
   std::string what_;
+  const DockerIgnore* ignore_;
   Hasher hash_;
   uint64_t bytes_ = 0;
   uint64_t entries_ = 0;
@@ -323,11 +328,11 @@ Result<int> RepoDir::OpenDirectory(const std::string& rel) const {
 }
 
 Result<TreeDigest> RepoDir::CopyTree(const std::string& rel, const std::string& dest,
-                                     const CopyLimits& limits) const {
+                                     const CopyLimits& limits, const DockerIgnore* ignore) const {
   ASSIGN_OR_RETURN(int raw, OpenDirectory(rel));
   RepoFd dir(raw);
   if (!dest.empty() && mkdir(dest.c_str(), 0755) != 0) return ErrnoError("mkdir " + dest, errno);
-  TreeWalker w(limits, rel);
+  TreeWalker w(limits, rel, ignore);
   RETURN_IF_ERROR(w.Walk(dir.fd, "", dest, 0));
   return w.Finish();
 }

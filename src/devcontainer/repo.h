@@ -25,6 +25,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "devcontainer/dockerignore.h"
 
 namespace cloister::devcontainer {
 
@@ -69,9 +70,12 @@ class RepoDir {
   Result<int> OpenDirectory(const std::string& rel) const;
   // Copies the folder at `rel` into `dest` (which must not exist; made 0755): regular files
   // (mode 0644, or 0755 when any execute bit was set), folders and symlinks (as symlinks); other
-  // kinds are refused.
+  // kinds are refused. What `ignore` excludes (a build context's .dockerignore) is neither
+  // copied nor hashed (nor read: an excluded folder is not walked unless an exception may
+  // include something in it).
   Result<TreeDigest> CopyTree(const std::string& rel, const std::string& dest,
-                              const CopyLimits& limits = {}) const;
+                              const CopyLimits& limits = {},
+                              const DockerIgnore* ignore = nullptr) const;
   // The same digest without copying.
   Result<TreeDigest> DigestTree(const std::string& rel, const CopyLimits& limits = {}) const;
 

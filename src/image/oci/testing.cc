@@ -104,8 +104,11 @@ Status MakeBusyboxRootfs(const std::string& cache_dir, const std::string& dir) {
   fs::remove_all(extracted);
   chmod((dir + "/bin/busybox").c_str(), 0755);
   chmod((dir + "/tmp").c_str(), 01777);
-  for (const char* applet : {"sh", "ls", "cat", "echo", "mkdir", "chmod", "cp", "mv", "rm", "tar",
-                             "grep", "sed", "env", "id", "printf", "sleep", "test", "[", "wc"}) {
+  for (const char* applet : {"sh",   "ls",    "cat",  "echo",  "mkdir", "chmod",    "cp",   "mv",
+                             "rm",   "tar",   "grep", "sed",   "env",   "id",       "printf",
+                             "sleep", "test", "[",    "wc",    "stat",  "head",     "tail", "tr",
+                             "touch", "sync", "ps",   "kill",  "date",  "find",     "awk",  "cut",
+                             "ln",   "true",  "false", "sort", "uname", "basename", "dirname"}) {
     fs::create_symlink("busybox", fs::path(dir) / "bin" / applet);
   }
   RETURN_IF_ERROR(WriteFile(dir + "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", 0644));
