@@ -1,5 +1,5 @@
-// Fuzzes the readers of a repository's devcontainer.json and devcontainer-feature.json
-// (devcontainer/config.h, feature.h, jsonc.h): the repository is hostile (an agent may have written
+// Fuzzes the readers of a repository's devcontainer.json, devcontainer-feature.json and a build
+// context's .dockerignore (devcontainer/config.h, feature.h, jsonc.h, dockerignore.h): the repository is hostile (an agent may have written
 // it). Nothing may crash; what is accepted must hold the bounds the rest of cloister relies on.
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "devcontainer/config.h"
+#include "devcontainer/dockerignore.h"
 #include "devcontainer/env_check.h"
 #include "devcontainer/feature.h"
 
@@ -34,6 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.ok()) {
     if (m->id.empty() || m->options.size() > kMaxOptions) std::abort();
     (void)FeatureEnvironment(*m, {{"version", "1"}}, {"dev", "/home/dev"});
+  }
+  auto ignore = DockerIgnore::Parse(text);
+  if (ignore.ok()) {
+    for (const char* path : {"a", "node_modules/x/y", ".git/config", "a/b/c/d/e/f/g", "docs/keep.md"}) {
+      (void)ignore->Excluded(path);
+    }
   }
   return 0;
 }
