@@ -7,7 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 build_pkgs=(build-essential cmake ninja-build mold pkg-config git
   libssl-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libseccomp-dev libext2fs-dev libarchive-dev liblzma-dev)
+  libseccomp-dev libext2fs-dev libarchive-dev liblzma-dev libc-ares-dev)
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
@@ -44,10 +44,12 @@ fi
 # `npm pack` fetches them from npm's default registry once; each is checked against its pinned
 # integrity (npm's SRI "sha512-<base64>"). Keep in step with src/image/npm_tarball.h (npm) and
 # src/base/agent_tools.h (the agents; a unit test compares npm's pin); playwright-core is for
-# supervisor/browser_real_vm_test.cc (Playwright over CDP in a guest). Cache: $CLOISTER_NPM_CACHE, else
+# supervisor/browser_real_vm_test.cc (Playwright over CDP in a guest); npm 9.2.0 (Debian 12's npm)
+# is the client of the real-install tests and bench/install_bench. Cache: $CLOISTER_NPM_CACHE, else
 # $XDG_CACHE_HOME/cloister/npm, else ~/.cache/cloister/npm.
 npm_pins=(
   "npm@10.9.9 npm-10.9.9.tgz sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="
+  "npm@9.2.0 npm-9.2.0.tgz sha512-oypVdaWGHDuV79RXLvp+B9gh6gDyAmoHKrQ0/JBYTWWx5D8/+AAxFdZC84fSIiyDdyW4qfrSyYGKhekxDOaMXQ=="
   "@anthropic-ai/claude-code@2.1.332 anthropic-ai-claude-code-2.1.332.tgz sha512-tvSh6bLvEbd97APD31AnojOrRC3AmcRj5R8sF8QIQitu3x2ucOb1kKmTkGDw41kjva+CGJfpkt+wYouk6yv56Q=="
   "@anthropic-ai/claude-code-linux-x64@2.1.332 anthropic-ai-claude-code-linux-x64-2.1.332.tgz sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw=="
   "@openai/codex@0.171.0 openai-codex-0.171.0.tgz sha512-1IOFzL2Xg86tLdw6kDo3GoKbkQENgQi7TI6rlEvN132R7ngSw7SNOIQoTcnKzSZZ8kf9N9GynCweSoaFbqk2Eg=="

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,7 @@ struct Stream {
   std::string inbuf;
   size_t in_off = 0;
   std::function<void(Status)> open_done;
+  std::shared_ptr<StreamEnd> end;  // streams the peer opened: what their service may ask
 
   size_t pending_in() const { return inbuf.size() - in_off; }
 };
@@ -97,7 +99,7 @@ class Mux::Impl {
     return OkStatus();
   }
 
-  void RegisterService(const std::string& name, ServiceHandler handler) {
+  void RegisterService(const std::string& name, StreamServiceHandler handler) {
     std::lock_guard<std::mutex> l(mu_);
     services_[name] = std::move(handler);
   }
@@ -214,6 +216,7 @@ class Mux::Impl {
   void ResetStreams(const std::string& why) {
     std::vector<std::function<void(Status)>> pending;
     for (auto& [id, s] : streams_) {
+      if (s.end) s.end->Set(StreamEnd::Reason::kChannelClosed);
       if (s.fd >= 0) close(s.fd);
       if (s.open_done) pending.push_back(std::move(s.open_done));
     }
@@ -273,22 +276,28 @@ class Mux::Impl {
 
   bool OursId(uint32_t id) const { return (id % 2 == 1) == (opt_.role == MuxRole::kHost); }
 
+  // `queued`: the open comes from the front of waiting_opens_ (it goes before those behind it).
   void DoOpen(const std::string& service, std::vector<std::string> args, int local_fd,
-              std::function<void(Status)> done) {
+              std::function<void(Status)> done, bool queued = false) {
     auto fail = [&](Error e) {
       close(local_fd);
       if (done) done(e);
     };
     if (failure_) return fail(*failure_);
     if (!hello_received_) {
-      if (pending_opens_.size() >= opt_.max_streams) {
+      if (pending_opens_.size() >= opt_.max_streams + opt_.max_waiting_opens) {
         return fail(Error(ErrorCode::kBusy, "too many channel streams waiting for the peer"));
       }
       pending_opens_.push_back({service, std::move(args), local_fd, std::move(done)});
       return;
     }
-    if (streams_.size() >= opt_.max_streams) {
-      return fail(Error(ErrorCode::kBusy, "too many open channel streams"));
+    if (streams_.size() >= opt_.max_streams || (!queued && !waiting_opens_.empty())) {
+      // At the cap: wait for a stream to end (StartWaitingOpens), in order.
+      if (waiting_opens_.size() >= opt_.max_waiting_opens) {
+        return fail(Error(ErrorCode::kBusy, "too many channel streams waiting to open"));
+      }
+      waiting_opens_.push_back({service, std::move(args), local_fd, std::move(done)});
+      return;
     }
     auto payload = EncodeOpen(OpenRequest{service, std::move(args)});
     if (!payload.ok()) return fail(payload.error());
@@ -300,6 +309,16 @@ class Mux::Impl {
     s.opening = true;
     s.open_done = std::move(done);
     Queue(FrameType::kOpen, id, *payload);
+  }
+
+  // Opens that waited for a free stream, as streams end.
+  void StartWaitingOpens() {
+    while (!waiting_opens_.empty() && hello_received_ && !failure_ &&
+           streams_.size() < opt_.max_streams) {
+      PendingOpen p = std::move(waiting_opens_.front());
+      waiting_opens_.pop_front();
+      DoOpen(p.service, std::move(p.args), p.fd, std::move(p.done), /*queued=*/true);
+    }
   }
 
   // Closes the channel with `why`; further frames are not processed.
@@ -425,6 +444,8 @@ class Mux::Impl {
         s.remote_eof = true;
         return;
       case FrameType::kClose:
+        // CLOSE before EOF: the peer's side failed (a reset), not an orderly end.
+        if (!s.remote_eof && s.end) s.end->Set(StreamEnd::Reason::kReset);
         s.close_received = true;
         if (s.close_sent) streams_.erase(it);
         // Else: Sweep() flushes what is buffered, then answers CLOSE and forgets it.
@@ -445,7 +466,7 @@ class Mux::Impl {
       Queue(FrameType::kOpenFail, f.stream, "too many open streams");
       return;
     }
-    ServiceHandler handler;
+    StreamServiceHandler handler;
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = services_.find(req->service);
@@ -463,8 +484,9 @@ class Mux::Impl {
     }
     Stream& s = streams_[f.stream];
     s.fd = sv[0];
+    s.end = std::make_shared<StreamEnd>();
     Queue(FrameType::kOpenOk, f.stream, "");
-    handler(sv[1], req->args);
+    handler(sv[1], req->args, s.end);
   }
 
   void ReadChannel() {
@@ -603,6 +625,7 @@ class Mux::Impl {
   void UpdateStats() {
     MuxStats st;
     st.open_streams = streams_.size();
+    st.waiting_opens = waiting_opens_.size();
     for (auto& [id, s] : streams_) st.inbound_buffered += s.pending_in();
     st.outbound_buffered = OutPending();
     st.ready_received = ready_;
@@ -618,6 +641,7 @@ class Mux::Impl {
       RunCommands();
       if (failure_) break;
       Sweep();
+      StartWaitingOpens();
       UpdateStats();
       pfds.clear();
       ids.clear();
@@ -698,15 +722,18 @@ class Mux::Impl {
     }
     std::vector<std::function<void(Status)>> pending;
     for (auto& [id, s] : streams_) {
+      if (s.end) s.end->Set(StreamEnd::Reason::kChannelClosed);
       if (s.fd >= 0) close(s.fd);
       if (s.open_done) pending.push_back(std::move(s.open_done));
     }
     streams_.clear();
-    for (auto& p : pending_opens_) {
-      close(p.fd);
-      if (p.done) pending.push_back(std::move(p.done));
+    for (auto* queue : {&pending_opens_, &waiting_opens_}) {
+      for (auto& p : *queue) {
+        close(p.fd);
+        if (p.done) pending.push_back(std::move(p.done));
+      }
+      queue->clear();
     }
-    pending_opens_.clear();
     for (auto& d : pending) d(why);
     std::vector<std::function<void()>> cmds;
     {
@@ -730,7 +757,7 @@ class Mux::Impl {
 
   std::mutex mu_;  // guards the fields below up to the blank line
   std::condition_variable cv_;
-  std::map<std::string, ServiceHandler> services_;
+  std::map<std::string, StreamServiceHandler> services_;
   std::vector<std::function<void()>> commands_;
   bool started_ = false;
   bool stop_requested_ = false;
@@ -761,7 +788,8 @@ class Mux::Impl {
     int fd;
     std::function<void(Status)> done;
   };
-  std::vector<PendingOpen> pending_opens_;
+  std::deque<PendingOpen> pending_opens_;  // before the session is established
+  std::deque<PendingOpen> waiting_opens_;  // at max_streams: waiting for a stream to end
   std::optional<Error> failure_;
 };
 
@@ -775,6 +803,11 @@ Result<std::unique_ptr<Mux>> Mux::Create(int channel_fd, MuxOptions options) {
 }
 
 void Mux::RegisterService(const std::string& name, ServiceHandler handler) {
+  impl_->RegisterService(name, [handler = std::move(handler)](
+                                   int fd, const std::vector<std::string>& args,
+                                   std::shared_ptr<const StreamEnd>) { handler(fd, args); });
+}
+void Mux::RegisterStreamService(const std::string& name, StreamServiceHandler handler) {
   impl_->RegisterService(name, std::move(handler));
 }
 Status Mux::Start() { return impl_->Start(); }

@@ -22,6 +22,7 @@
 // whole channel (fail closed) and reports the reason through on_closed and the log.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -44,12 +45,37 @@ enum class MuxRole {
 // close-on-exec) from now on. `args` are the opener's bounded OPEN arguments (hostile on the host).
 using ServiceHandler = std::function<void(int fd, const std::vector<std::string>& args)>;
 
+// Why the Mux ended an accepted stream's local end, when it was not the peer's orderly EOF: the
+// peer sent CLOSE without EOF (its own local connection failed: a guest client's reset), or the
+// channel ended. Set before the Mux closes or shuts the fd, so a service that saw its fd end (EOF,
+// a failed write) and asks afterwards reads it. Thread safe.
+class StreamEnd {
+ public:
+  enum class Reason { kNone, kReset, kChannelClosed };
+  Reason reason() const { return reason_.load(); }
+  void Set(Reason r) {
+    Reason none = Reason::kNone;
+    reason_.compare_exchange_strong(none, r);
+  }
+
+ private:
+  std::atomic<Reason> reason_{Reason::kNone};
+};
+
+// A ServiceHandler that also gets its stream's StreamEnd.
+using StreamServiceHandler = std::function<void(int fd, const std::vector<std::string>& args,
+                                                std::shared_ptr<const StreamEnd> end)>;
+
 struct MuxOptions {
   MuxRole role = MuxRole::kHost;
   // Host: the session id sent in HELLO; 0 picks a random one (tests and fuzzers fix it).
   uint64_t session = 0;
-  // Most streams open at once (both directions together); OPENs beyond it get OPEN_FAIL.
+  // Most streams open at once (both directions together): the peer's OPENs beyond it get
+  // OPEN_FAIL; our own opens beyond it wait, in order, for a stream to end (none is refused for
+  // being one too many: a client whose connection is closed unanswered may wait forever).
   size_t max_streams = 64;
+  // Most of our own opens waiting for a stream to end; beyond it an open fails (kBusy).
+  size_t max_waiting_opens = 1024;
   // One-line diagnostics (violations, open failures). May be empty.
   std::function<void(std::string_view)> log;
   // Host: called once per channel session when the guest sends READY (info is sanitized text).
@@ -61,6 +87,7 @@ struct MuxOptions {
 
 struct MuxStats {
   size_t open_streams = 0;
+  size_t waiting_opens = 0;      // our opens waiting for a stream to end (max_streams)
   size_t inbound_buffered = 0;   // bytes received and not yet written to local fds
   size_t outbound_buffered = 0;  // bytes queued for the channel fd
   bool ready_received = false;
@@ -80,6 +107,7 @@ class Mux {
 
   // Registers `name` before or after Start(). Replaces an existing handler.
   void RegisterService(const std::string& name, ServiceHandler handler);
+  void RegisterStreamService(const std::string& name, StreamServiceHandler handler);
 
   // Sends HELLO and starts the loop thread.
   Status Start();

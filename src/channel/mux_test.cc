@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -85,7 +86,7 @@ void EchoService(int fd, const std::vector<std::string>&) {
 // A host mux and a guest mux talking over one socketpair, as over the virtio-serial port.
 class MuxPair {
  public:
-  explicit MuxPair(size_t guest_max_streams = 64) {
+  explicit MuxPair(size_t guest_max_streams = 64, size_t guest_max_waiting = 1024) {
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     MuxOptions h;
@@ -102,6 +103,7 @@ class MuxPair {
     MuxOptions g;
     g.role = MuxRole::kGuest;
     g.max_streams = guest_max_streams;
+    g.max_waiting_opens = guest_max_waiting;
     host = Mux::Create(sv[0], h).value();
     guest = Mux::Create(sv[1], g).value();
   }
@@ -312,6 +314,66 @@ TEST(MuxTest, StreamCapRefusesExtraOpens) {
   EXPECT_TRUE(again.ok());
   if (again.ok()) close(*again);
   for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
+  std::lock_guard<std::mutex> l(mu);
+  for (size_t i = 1; i < held.size(); ++i) close(held[i]);
+}
+
+// The guest's own opens past its cap are not refused (a client whose connection is closed
+// unanswered may wait forever): they wait, in order, for a stream to end, up to a bound.
+TEST(MuxTest, OwnOpensPastTheCapWaitForAStreamToEnd) {
+  std::vector<int> held;  // before the muxes: their threads use it until they stop
+  std::mutex mu;
+  std::condition_variable cv;
+  MuxPair p(/*guest_max_streams=*/3, /*guest_max_waiting=*/2);
+  p.host->RegisterService("hold", [&](int fd, const std::vector<std::string>&) {
+    std::lock_guard<std::mutex> l(mu);
+    held.push_back(fd);
+    cv.notify_all();
+  });
+  p.Start();
+  struct Client {
+    int fd = -1;
+    std::shared_ptr<std::promise<Status>> done = std::make_shared<std::promise<Status>>();
+    std::future<Status> result = done->get_future();
+  };
+  std::vector<Client> clients(6);
+  for (Client& c : clients) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    c.fd = sv[1];
+    auto done = c.done;
+    p.guest->OpenAsync("hold", {}, sv[0], [done](Status st) { done->set_value(std::move(st)); });
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(clients[i].result.wait_for(10s), std::future_status::ready) << i;
+    EXPECT_TRUE(clients[i].result.get().ok()) << i;
+  }
+  // Two wait; the sixth is past the waiting bound.
+  ASSERT_EQ(clients[5].result.wait_for(10s), std::future_status::ready);
+  Status sixth = clients[5].result.get();
+  ASSERT_FALSE(sixth.ok());
+  EXPECT_NE(sixth.error().message().find("waiting"), std::string::npos) << sixth.error().message();
+  EXPECT_EQ(clients[3].result.wait_for(200ms), std::future_status::timeout);
+  EXPECT_EQ(p.guest->Stats().waiting_opens, 2u);
+  // One stream ends on both sides: the first waiting open takes its place, and carries bytes.
+  close(clients[0].fd);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return held.size() == 3; }));
+    close(held[0]);
+  }
+  ASSERT_EQ(clients[3].result.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(clients[3].result.get().ok());
+  EXPECT_EQ(clients[4].result.wait_for(200ms), std::future_status::timeout);
+  ASSERT_TRUE(WriteAll(clients[3].fd, "after the wait"));
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return held.size() == 4; }));
+  }
+  EXPECT_EQ(ReadExactly(held[3], 14), "after the wait");
+  p.guest->Stop();
+  p.host->Stop();
+  for (size_t i = 1; i < clients.size(); ++i) close(clients[i].fd);
   std::lock_guard<std::mutex> l(mu);
   for (size_t i = 1; i < held.size(); ++i) close(held[i]);
 }

@@ -36,6 +36,7 @@
 #include "guest/browser.h"
 #include "guest/devcontainer.h"
 #include "guest/exec_server.h"
+#include "guest/forward.h"
 #include "guest/listeners.h"
 #include "guest/spawn.h"
 #include "guest/sshd.h"
@@ -109,13 +110,7 @@ void AcceptLoop(int listen_fd, std::string service, Shared* shared, Logger log) 
       continue;
     }
     std::lock_guard<std::mutex> l(shared->mu);
-    if (!shared->mux) {
-      close(conn);  // no host connected: the client sees the connection close
-      continue;
-    }
-    shared->mux->OpenAsync(service, {}, conn, [log, service](Status st) {
-      if (!st.ok()) log("forward to host service " + service + ": " + st.error().message());
-    });
+    ForwardConnection(shared->mux, service, conn, [log](const std::string& line) { log(line); });
   }
 }
 
@@ -512,6 +507,7 @@ class Boot {
       logged_wait = false;
       channel::MuxOptions mo;
       mo.role = channel::MuxRole::kGuest;
+      mo.max_streams = protocol::kGuestChannelStreams;
       mo.log = [this](std::string_view line) { log_("channel: " + std::string(line)); };
       auto mux = channel::Mux::Create(fd, mo);
       if (!mux.ok()) {

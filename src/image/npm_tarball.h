@@ -26,6 +26,14 @@ inline constexpr NpmTarball kTestImageNpm{
     "npm", "10.9.9", "npm-10.9.9.tgz",
     "sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="};
 
+// npm 9.2.0, the npm Debian 12 ships (its HTTPS proxy agent is https-proxy-agent 5, which waits
+// forever when a proxy ends a connection before answering CONNECT): the client the proxy's
+// real-install tests and bench (bench/install_bench) run, with the guest's or host's node.
+// Keep in step with scripts/install-deps.sh (npm_pins).
+inline constexpr NpmTarball kDebianNpm{
+    "npm", "9.2.0", "npm-9.2.0.tgz",
+    "sha512-oypVdaWGHDuV79RXLvp+B9gh6gDyAmoHKrQ0/JBYTWWx5D8/+AAxFdZC84fSIiyDdyW4qfrSyYGKhekxDOaMXQ=="};
+
 // The npm tarball cache: $CLOISTER_NPM_CACHE, else $XDG_CACHE_HOME/cloister/npm, else
 // $HOME/.cache/cloister/npm (the same rule as scripts/install-deps.sh).
 std::string NpmCacheDir();

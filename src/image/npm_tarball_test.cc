@@ -67,15 +67,18 @@ TEST(NpmTarballTest, UnpackMovesThePackageDirectoryIntoPlace) {
   EXPECT_FALSE(UnpackNpmTarball(t.path() + "/bad.tgz", t.path() + "/other").ok());
 }
 
-// install-deps.sh fetches what the image builder pins: the same spec, file and integrity.
+// install-deps.sh fetches what the image builder and the real-install tests pin: the same spec,
+// file and integrity.
 TEST(NpmTarballTest, InstallDepsPinsTheTarballTheTestImageNeeds) {
   const char* src = std::getenv("CLOISTER_SOURCE_DIR");
   ASSERT_TRUE(src != nullptr && *src) << "ctest sets CLOISTER_SOURCE_DIR";
   auto script = ReadFile(std::string(src) + "/scripts/install-deps.sh");
   ASSERT_TRUE(script.ok()) << script.error().ToString();
-  std::string line = std::string(kTestImageNpm.name) + "@" + std::string(kTestImageNpm.version) +
-                     " " + std::string(kTestImageNpm.file) + " " + std::string(kTestImageNpm.integrity);
-  EXPECT_NE(script->find(line), std::string::npos) << line;
+  for (const NpmTarball& t : {kTestImageNpm, kDebianNpm}) {
+    std::string line = std::string(t.name) + "@" + std::string(t.version) + " " +
+                       std::string(t.file) + " " + std::string(t.integrity);
+    EXPECT_NE(script->find(line), std::string::npos) << line;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // carries most of these per boot (config.json), the rest are fixed by the image recipes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace cloister::protocol {
@@ -39,6 +40,13 @@ inline constexpr char kChannelPortName[] = "org.cloister.channel.0";
 // egress (one stream per redirected TCP connection), the SSH agent. Host-opened: exec, tcp
 // (args [PORT]: the agent connects to the guest's 127.0.0.1:PORT, else [::1]:PORT, and bridges
 // the stream: published ports, the browser's DevTools socket), sshd (one `sshd -i` per stream).
+// The channel's stream caps (channel/mux.h MuxOptions::max_streams). The guest opens at most
+// kGuestChannelStreams at once (its clients' connections beyond that wait for a stream to end);
+// the host accepts twice as many, so it never refuses a stream the guest counted as free while
+// both sides are still exchanging the CLOSEs of others. The host's memory bound for inbound
+// stream data is kHostChannelStreams x the stream window (channel/frame.h).
+inline constexpr size_t kGuestChannelStreams = 128;
+inline constexpr size_t kHostChannelStreams = 2 * kGuestChannelStreams;
 inline constexpr char kProxyService[] = "proxy";
 inline constexpr char kEgressService[] = "egress";
 inline constexpr char kSshAgentService[] = "ssh-agent";

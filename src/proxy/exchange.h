@@ -36,6 +36,13 @@ struct Origin {
   Authority connect;  // CONNECT authority (tls or transparent)
   std::string sni;    // client's SNI, lower-case, "" if none (tls only)
   std::string source;  // the trace records' source: "" (the workspace) or "browser"
+  ClientEndReason end_reason;  // may be empty (proxy.h)
+
+  // Why this client went away, for a trace record: what the stream knows, else client_gone.
+  std::string ClientAbort() const {
+    std::string why = end_reason ? end_reason() : "";
+    return why.empty() ? kAbortClientGone : why;
+  }
 };
 
 // Read-only state of one proxy that filters use. Lives as long as the proxy.

@@ -48,10 +48,12 @@ class Writer : public ResponseWriter {
   Writer(Stream& s, beast::flat_buffer& buf) : s_(s), buf_(buf) {}
   bool Send(int status, const std::map<std::string, std::string>& headers,
             const std::string& body) override {
+    NoteClose(headers);
     return Write(Head(status, headers) + "Content-Length: " + std::to_string(body.size()) +
                  "\r\n\r\n" + body);
   }
   bool StartChunked(int status, const std::map<std::string, std::string>& headers) override {
+    NoteClose(headers);
     return Write(Head(status, headers) + "Transfer-Encoding: chunked\r\n\r\n");
   }
   bool Chunk(const std::string& data) override {
@@ -94,7 +96,18 @@ class Writer : public ResponseWriter {
     }
   }
 
+  void DropAfter() override { closing_ = true; }
+  // The handler answered with Connection: close (or dropped): the server closes after this
+  // response.
+  bool closing() const { return closing_; }
+
  private:
+  void NoteClose(const std::map<std::string, std::string>& headers) {
+    for (const auto& [k, v] : headers) {
+      if (ToLower(k) == "connection" && ToLower(v) == "close") closing_ = true;
+    }
+  }
+  bool closing_ = false;
   bool Write(const std::string& data) {
     boost::system::error_code ec;
     asio::write(s_, asio::buffer(data), ec);
@@ -239,7 +252,7 @@ class FakeUpstream::Impl {
       }
       Writer<Stream> w(s, buf);
       handler_(seen, w);
-      if (!keep) return;
+      if (!keep || w.closing()) return;
     }
   }
 

@@ -46,6 +46,9 @@ class ResponseWriter {
   // Answers 101 (Upgrade: websocket) and then echoes every byte it reads, prefixed by nothing,
   // until the client closes (a WebSocket server in miniature: bytes only, no framing).
   virtual bool UpgradeEcho() = 0;
+  // Closes the connection after this response without saying so (no Connection: close), as a
+  // server does with a keep-alive connection it lets go while idle.
+  virtual void DropAfter() = 0;
 };
 
 using Handler = std::function<void(const SeenRequest&, ResponseWriter&)>;

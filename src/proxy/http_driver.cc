@@ -27,17 +27,55 @@ awaitable<bool> WriteSerialized(Stream& s, Serializer& sr) {
   }
 }
 
+// Ends every pending operation on the upstream leg (they complete with operation_aborted).
+void CancelIo(TcpSocket& s) {
+  error_code ec;
+  s.cancel(ec);
+}
+void CancelIo(TlsStream& s) {
+  error_code ec;
+  s.next_layer().cancel(ec);
+}
+
+// The peer went away (rather than sent something malformed).
+bool PeerGone(const error_code& ec) {
+  return ec == http::error::partial_message || ec == http::error::end_of_stream ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == ssl::error::stream_truncated ||
+         ec == asio::error::operation_aborted;
+}
+
+// A request the proxy may send again on a new connection when a reused one failed before any
+// byte of an answer (RFC 9110 9.2.2: idempotent methods).
+bool Idempotent(http::verb v) {
+  return v == http::verb::get || v == http::verb::head || v == http::verb::options ||
+         v == http::verb::put || v == http::verb::delete_ || v == http::verb::trace;
+}
+
 }  // namespace
 
 template <class Client, class Up>
 struct HttpDriver::Turn {
-  Turn(const ProxyContext& ctx, const Origin& origin, Client& c, beast::flat_buffer& cb,
-       RequestParser& p, UpstreamSlot<Up>& u)
-      : client(c), cbuf(cb), parser(p), req(p.get()), up(u), ex(ctx, origin, p.get()) {}
-  ~Turn() { vault::SecureWipe(pending); }
+  Turn(const ProxyConfig& config, const ProxyContext& ctx, const Origin& origin, Client& c,
+       beast::flat_buffer& cb, RequestParser& p, UpstreamSlot<Up>& u)
+      : config(config), client(c), cbuf(cb), parser(p), req(p.get()), up(u),
+        ex(ctx, origin, p.get()) {}
+  // Exactly one record per exchange: a turn that ends unrecorded was dropped with its event loop
+  // (the proxy stopping).
+  ~Turn() {
+    vault::SecureWipe(pending);
+    if (recorded) return;
+    if (ex.rec.abort.empty()) {
+      ex.rec.abort = kAbortProxyStopped;
+      ex.rec.error = "the proxy stopped before the response was complete";
+    }
+    ex.rec.latency_ms = MsSince(ex.start);
+    Record(config, ex.rec);
+  }
   Turn(const Turn&) = delete;
   Turn& operator=(const Turn&) = delete;
 
+  const ProxyConfig& config;
   Client& client;
   beast::flat_buffer& cbuf;
   RequestParser& parser;
@@ -45,9 +83,12 @@ struct HttpDriver::Turn {
   UpstreamSlot<Up>& up;
   Exchange ex;
   PieceBuffer io;
+  bool recorded = false;
   // Request: the body held before anything goes upstream, and whether it is all of it.
   std::string pending;
   bool complete = false;
+  bool reused = false;  // the upstream connection served an earlier request
+  std::chrono::steady_clock::time_point sent_at, head_at;
   // Response.
   std::optional<http::response_parser<http::buffer_body>> rp;
   bool upstream_keep = false;  // upstream may serve another request on this connection
@@ -57,14 +98,19 @@ struct HttpDriver::Turn {
   bool up_ok = true;           // the upstream sent a whole response
   bool answered = false;       // a step answered the client itself (an error, a refusal)
 
-  // Reads one piece of the request body into `io`; its size.
-  awaitable<Result<size_t>> ReadPiece() {
+  // Reads one piece of the request body into `io`; its size, or the read's error.
+  awaitable<std::pair<error_code, size_t>> ReadPiece() {
     req.body().data = io.data();
     req.body().size = io.size();
     auto [ec, n] = co_await http::async_read_some(client, cbuf, parser, kTok);
     if (ec == http::error::need_buffer) ec = {};
-    if (ec) co_return Error(ErrorCode::kInvalidArgument, "request body: " + ec.message());
-    co_return io.size() - req.body().size;
+    co_return std::pair<error_code, size_t>{ec, io.size() - req.body().size};
+  }
+  // Writes the record now (latency up to here); the turn's end writes none.
+  void Finish() {
+    ex.rec.latency_ms = MsSince(ex.start);
+    Record(config, ex.rec);
+    recorded = true;
   }
 };
 
@@ -117,29 +163,43 @@ awaitable<std::optional<Authority>> HttpDriver::Serve(Client& client, beast::fla
   }
 }
 
-template <class Client>
-awaitable<bool> HttpDriver::Refused(Client& client, Exchange& ex, const Status& st) {
+template <class Client, class Up>
+awaitable<void> HttpDriver::Answer(Turn<Client, Up>& t, int status, const std::string& reason,
+                                   const std::string& abort) {
+  if (!abort.empty()) t.ex.rec.abort = abort;
+  t.ex.rec.latency_ms = MsSince(t.ex.start);
+  t.recorded = true;
+  t.answered = true;
+  co_await WriteError(t.client, status, reason, t.ex.rec, config_);
+}
+
+template <class Client, class Up>
+void HttpDriver::ClientWentAway(Turn<Client, Up>& t, const std::string& when) {
+  t.ex.rec.abort = t.ex.origin.ClientAbort();
+  t.ex.rec.error = "the client went away " + when;
+  t.Finish();
+}
+
+template <class Client, class Up>
+awaitable<bool> HttpDriver::Refused(Turn<Client, Up>& t, const Status& st) {
+  Exchange& ex = t.ex;
   if (!ex.block.empty()) {
     ex.rec.blocked = true;
     for (const LeakFlag& l : ex.block) ex.rec.leaks.push_back(l);
     trip_(ex);
-    ex.rec.latency_ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - ex.start).count();
-    co_await WriteError(client, 451, "a credential placeholder was sent to a host it does not "
-                                     "belong to; the workspace is marked compromised",
-                        ex.rec, config_);
+    co_await Answer(t, 451, "a credential placeholder was sent to a host it does not belong to; "
+                            "the workspace is marked compromised");
     co_return false;
   }
   int status = ex.reply_status ? ex.reply_status : 500;
-  co_await WriteError(client, status, ex.reply_status ? ex.reply_reason : st.error().message(),
-                      ex.rec, config_);
+  co_await Answer(t, status, ex.reply_status ? ex.reply_reason : st.error().message());
   co_return false;
 }
 
 template <class Client, class Up>
 awaitable<bool> HttpDriver::Forward(Client& client, beast::flat_buffer& cbuf, RequestParser& parser,
                                     const Origin& origin, UpstreamSlot<Up>& up) {
-  Turn<Client, Up> t(ctx_, origin, client, cbuf, parser, up);
+  Turn<Client, Up> t(config_, ctx_, origin, client, cbuf, parser, up);
   Exchange& ex = t.ex;
   ex.rec.time_ms = NowMs();
   ex.rec.method = std::string(t.req.method_string());
@@ -152,9 +212,23 @@ awaitable<bool> HttpDriver::Forward(Client& client, beast::flat_buffer& cbuf, Re
 
   if (!co_await DecideHead(t)) co_return false;
   if (!co_await ReadHeldBody(t)) co_return false;
-  if (!co_await ConnectUpstream(t)) co_return false;
-  if (!co_await SendRequest(t)) co_return false;
-  if (!co_await ReceiveResponseHead(t)) co_return false;
+  // A reused connection the upstream closed while it was idle fails before any byte of an
+  // answer: once, and only when the request can be sent again as it was, a new connection.
+  for (int attempt = 0;; ++attempt) {
+    if (!co_await ConnectUpstream(t)) co_return false;
+    Outcome sent = co_await SendRequest(t);
+    if (sent == Outcome::kOk) sent = co_await ReceiveResponseHead(t);
+    if (sent == Outcome::kOk) break;
+    if (sent == Outcome::kEnded) co_return false;
+    // kRetry: nothing came back on a reused connection.
+    t.up.Reset();
+    if (attempt > 0 || !t.complete || !Idempotent(t.req.method())) {
+      co_await Answer(t, 502, "upstream closed the connection before answering",
+                      kAbortUpstreamClosed);
+      co_return false;
+    }
+  }
+  vault::SecureWipe(t.pending);
 
   const bool head_only = t.req.method() == http::verb::head;
   if (ex.hold_response && !t.switching && !head_only) {
@@ -164,7 +238,7 @@ awaitable<bool> HttpDriver::Forward(Client& client, beast::flat_buffer& cbuf, Re
     std::string empty;
     if (Status st = chain_.OnResponseBody(ex, res, empty, true); !st.ok()) {
       up.Reset();
-      co_return co_await Refused(client, ex, st);
+      co_return co_await Refused(t, st);
     }
     http::serializer<false, http::buffer_body> rs{res};
     res.body().data = nullptr;
@@ -174,9 +248,12 @@ awaitable<bool> HttpDriver::Forward(Client& client, beast::flat_buffer& cbuf, Re
   } else {
     co_await RelayStreamedResponse(t);
   }
-  ex.rec.latency_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ex.start).count();
-  Record(config_, ex.rec);
+  ex.rec.phases.body_ms = MsSince(t.head_at);
+  if (!t.client_ok && ex.rec.abort.empty()) {
+    ex.rec.abort = origin.ClientAbort();
+    ex.rec.error = "the client went away during the response";
+  }
+  t.Finish();
   if (!t.up_ok || !t.upstream_keep) {
     if (!t.switching) up.Reset();
   }
@@ -194,7 +271,7 @@ template <class Client, class Up>
 awaitable<bool> HttpDriver::DecideHead(Turn<Client, Up>& t) {
   Exchange& ex = t.ex;
   for (;;) {
-    if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(t.client, ex, st);
+    if (Status st = chain_.OnRequestHead(ex); !st.ok()) co_return co_await Refused(t, st);
     if (!ex.consent_wait) co_return true;
     // A credential waits for a person's decision (consent_filter.h): wait on a timer the
     // decision cancels (AwaitDecision), so this loop keeps serving its other connections and an
@@ -204,8 +281,7 @@ awaitable<bool> HttpDriver::DecideHead(Turn<Client, Up>& t) {
     while (!ex.consent_wait->Poll()) {
       if (std::chrono::steady_clock::now() >= cap) {
         ex.consent_wait.reset();
-        co_return co_await Refused(t.client, ex,
-                                   ex.Refuse(403, "consent: no decision in 10 minutes"));
+        co_return co_await Refused(t, ex.Refuse(403, "consent: no decision in 10 minutes"));
       }
       if (!co_await AwaitDecision(*ex.consent_wait, cap)) co_return false;  // the proxy is stopping
     }
@@ -224,20 +300,24 @@ awaitable<bool> HttpDriver::ReadHeldBody(Turn<Client, Up>& t) {
     (void)n;
   }
   while (!t.parser.is_done() && t.pending.size() < ex.hold_limit) {
-    auto got = co_await t.ReadPiece();
-    if (!got.ok()) {
+    auto [ec, got] = co_await t.ReadPiece();
+    if (ec) {
       vault::SecureWipe(t.pending);
-      co_await WriteError(t.client, 400, got.error().message(), ex.rec, config_);
+      if (PeerGone(ec)) {
+        ClientWentAway(t, "during the request body");
+      } else {
+        co_await Answer(t, 400, "request body: " + ec.message());
+      }
       co_return false;
     }
-    t.pending.append(t.io.data(), *got);
+    t.pending.append(t.io.data(), got);
   }
   t.complete = t.parser.is_done();
   ex.body_whole = t.complete;
   size_t held_raw = t.pending.size();
   if (Status st = chain_.OnRequestBody(ex, t.pending, t.complete); !st.ok()) {
     vault::SecureWipe(t.pending);
-    co_return co_await Refused(t.client, ex, st);
+    co_return co_await Refused(t, st);
   }
   if (t.complete && ex.had_body) {
     t.req.erase(http::field::transfer_encoding);
@@ -251,12 +331,14 @@ awaitable<bool> HttpDriver::ReadHeldBody(Turn<Client, Up>& t) {
 template <class Client, class Up>
 awaitable<bool> HttpDriver::ConnectUpstream(Turn<Client, Up>& t) {
   std::string key = t.ex.target.HostPort();
-  if (t.up.stream && t.up.key == key) co_return true;
+  t.reused = t.up.stream && t.up.key == key;
+  if (t.reused) co_return true;
   t.up.Reset();
-  auto conn = co_await upstreams_.Open(t.ex.target, static_cast<Up*>(nullptr));
+  auto conn = co_await upstreams_.Open(t.ex.target, static_cast<Up*>(nullptr), &t.ex.rec);
   if (!conn.ok()) {
     vault::SecureWipe(t.pending);
-    co_await WriteError(t.client, 502, conn.error().message(), t.ex.rec, config_);
+    bool timeout = t.ex.rec.abort == kAbortUpstreamTimeout;
+    co_await Answer(t, timeout ? 504 : 502, conn.error().message());
     co_return false;
   }
   t.up.stream = std::move(conn).value();
@@ -266,7 +348,7 @@ awaitable<bool> HttpDriver::ConnectUpstream(Turn<Client, Up>& t) {
 
 // Send head + held body, then stream the rest with a hold-back.
 template <class Client, class Up>
-awaitable<bool> HttpDriver::SendRequest(Turn<Client, Up>& t) {
+awaitable<HttpDriver::Outcome> HttpDriver::SendRequest(Turn<Client, Up>& t) {
   bool up_ok = true;
   if (t.complete) {
     http::serializer<true, http::buffer_body> sr{t.req};
@@ -276,21 +358,21 @@ awaitable<bool> HttpDriver::SendRequest(Turn<Client, Up>& t) {
     up_ok = co_await WriteSerialized(*t.up.stream, sr);
   } else {
     up_ok = co_await StreamRequestBody(t);
-    if (t.answered) co_return false;  // a bad piece (400) or a refusal
+    if (t.answered || t.recorded) co_return Outcome::kEnded;  // a bad piece, a refusal, gone
+    vault::SecureWipe(t.pending);
   }
+  t.sent_at = std::chrono::steady_clock::now();
+  if (up_ok) co_return Outcome::kOk;
+  if (t.reused) co_return Outcome::kRetry;
+  t.up.Reset();
   vault::SecureWipe(t.pending);
-  if (!up_ok) {
-    t.up.Reset();
-    co_await WriteError(t.client, 502, "upstream closed while sending the request", t.ex.rec,
-                        config_);
-    co_return false;
-  }
-  co_return true;
+  co_await Answer(t, 502, "upstream closed while sending the request", kAbortUpstreamClosed);
+  co_return Outcome::kEnded;
 }
 
 // A body longer than the hold limit: the held bytes, then each piece as it arrives, always keeping
 // back the last stream_hold_bytes until the next piece was scanned. Returns whether the upstream
-// took all of it; t.answered when it answered the client itself.
+// took all of it; t.answered or t.recorded when the exchange ended here.
 template <class Client, class Up>
 awaitable<bool> HttpDriver::StreamRequestBody(Turn<Client, Up>& t) {
   Exchange& ex = t.ex;
@@ -313,24 +395,26 @@ awaitable<bool> HttpDriver::StreamRequestBody(Turn<Client, Up>& t) {
   };
   bool up_ok = co_await flush(false);
   while (up_ok && !t.parser.is_done()) {
-    auto got = co_await t.ReadPiece();
-    if (!got.ok()) {
+    auto [ec, got] = co_await t.ReadPiece();
+    if (ec) {
       t.up.Reset();
       vault::SecureWipe(held);
-      co_await WriteError(t.client, 400, got.error().message(), ex.rec, config_);
-      t.answered = true;
+      if (PeerGone(ec)) {
+        ClientWentAway(t, "during the request body");
+      } else {
+        co_await Answer(t, 400, "request body: " + ec.message());
+      }
       co_return false;
     }
-    std::string piece(t.io.data(), *got);
+    std::string piece(t.io.data(), got);
     if (Status st = chain_.OnRequestBody(ex, piece, t.parser.is_done()); !st.ok()) {
       t.up.Reset();  // SECURITY: the held bytes (with the placeholder) are never written
       vault::SecureWipe(held);
       vault::SecureWipe(piece);
-      co_await Refused(t.client, ex, st);
-      t.answered = true;
+      co_await Refused(t, st);
       co_return false;
     }
-    ex.rec.bytes_up += *got;
+    ex.rec.bytes_up += got;
     held.append(piece);
     vault::SecureWipe(piece);
     up_ok = co_await flush(false);
@@ -341,37 +425,61 @@ awaitable<bool> HttpDriver::StreamRequestBody(Turn<Client, Up>& t) {
   co_return up_ok;
 }
 
-// Response: the head (1xx informational ones dropped), then the chain's view of it.
+// Response: the head (1xx informational ones dropped) within upstream_idle_ms, then the chain's
+// view of it.
 template <class Client, class Up>
-awaitable<bool> HttpDriver::ReceiveResponseHead(Turn<Client, Up>& t) {
+awaitable<HttpDriver::Outcome> HttpDriver::ReceiveResponseHead(Turn<Client, Up>& t) {
   Exchange& ex = t.ex;
+  Up& upstream = *t.up.stream;
+  bool any_byte = false;
   for (;;) {
     t.rp.emplace();
     t.rp->header_limit(kMaxHeaderBytes);
     t.rp->body_limit(boost::none);
     if (t.req.method() == http::verb::head) t.rp->skip(true);
-    auto [ec, n] = co_await http::async_read_header(*t.up.stream, t.up.buf, *t.rp, kTok);
+    Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                      [&upstream] { CancelIo(upstream); });
+    auto [ec, n] = co_await http::async_read_header(upstream, t.up.buf, *t.rp, kTok);
+    deadline.Disarm();
     if (ec) {
+      if (deadline.expired()) {
+        t.up.Reset();
+        co_await Answer(t, 504,
+                        "upstream sent no response within " +
+                            std::to_string(config_.upstream_idle_ms) + " ms",
+                        kAbortUpstreamTimeout);
+        co_return Outcome::kEnded;
+      }
+      if (t.reused && !any_byte &&
+          (ec == http::error::end_of_stream || ec == asio::error::eof ||
+           ec == asio::error::connection_reset || ec == ssl::error::stream_truncated)) {
+        co_return Outcome::kRetry;
+      }
       t.up.Reset();
-      co_await WriteError(t.client, 502, "upstream response: " + ec.message(), ex.rec, config_);
-      co_return false;
+      co_await Answer(t, 502, "upstream response: " + ec.message(), kAbortUpstreamClosed);
+      co_return Outcome::kEnded;
     }
+    any_byte = true;
     unsigned code = t.rp->get().result_int();
     if (code >= 100 && code < 200 && code != 101) continue;  // 1xx informational: dropped
     break;
   }
+  t.head_at = std::chrono::steady_clock::now();
+  ex.rec.phases.first_byte_ms =
+      std::chrono::duration<double, std::milli>(t.head_at - t.sent_at).count();
   auto& res = t.rp->get();
   ex.rec.status = static_cast<int>(res.result_int());
   t.switching = res.result_int() == 101 && ex.upgrade;
   t.upstream_keep = res.keep_alive() && !t.rp->need_eof();
   if (Status st = chain_.OnResponseHead(ex, res); !st.ok()) {
     t.up.Reset();  // the response body is never read: the connection cannot be reused
-    co_return co_await Refused(t.client, ex, st);
+    co_await Refused(t, st);
+    co_return Outcome::kEnded;
   }
   t.keep = ex.client_keep_alive && t.upstream_keep && !t.switching;
   if (!t.switching) res.keep_alive(t.keep);
   res.version(11);
-  co_return true;
+  co_return Outcome::kOk;
 }
 
 // A filter must see the whole body before the guest sees any of it (filter.h).
@@ -380,16 +488,27 @@ awaitable<bool> HttpDriver::RelayHeldResponse(Turn<Client, Up>& t) {
   Exchange& ex = t.ex;
   auto& rp = *t.rp;
   auto& res = rp.get();
+  Up& upstream = *t.up.stream;
   std::string body;
   while (!rp.is_done()) {
     res.body().data = t.io.data();
     res.body().size = t.io.size();
-    auto [ec, n] = co_await http::async_read_some(*t.up.stream, t.up.buf, rp, kTok);
+    Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                      [&upstream] { CancelIo(upstream); });
+    auto [ec, n] = co_await http::async_read_some(upstream, t.up.buf, rp, kTok);
+    deadline.Disarm();
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       t.up.Reset();
       vault::SecureWipe(body);
-      co_await WriteError(t.client, 502, "upstream response: " + ec.message(), ex.rec, config_);
+      if (deadline.expired()) {
+        co_await Answer(t, 504,
+                        "upstream sent nothing for " + std::to_string(config_.upstream_idle_ms) +
+                            " ms of its response body",
+                        kAbortUpstreamTimeout);
+      } else {
+        co_await Answer(t, 502, "upstream response: " + ec.message(), kAbortUpstreamClosed);
+      }
       co_return false;
     }
     size_t got = t.io.size() - res.body().size;
@@ -398,18 +517,17 @@ awaitable<bool> HttpDriver::RelayHeldResponse(Turn<Client, Up>& t) {
     if (body.size() > ex.response_hold_max) {
       t.up.Reset();
       vault::SecureWipe(body);
-      co_await WriteError(t.client, 502,
-                          "upstream response body is longer than " +
-                              std::to_string(ex.response_hold_max) +
-                              " bytes, the most a filter that must see it whole holds",
-                          ex.rec, config_);
+      co_await Answer(t, 502,
+                      "upstream response body is longer than " +
+                          std::to_string(ex.response_hold_max) +
+                          " bytes, the most a filter that must see it whole holds");
       co_return false;
     }
   }
   if (Status st = chain_.OnResponseBody(ex, res, body, true); !st.ok()) {
     t.up.Reset();
     vault::SecureWipe(body);
-    co_return co_await Refused(t.client, ex, st);
+    co_return co_await Refused(t, st);
   }
   res.erase(http::field::transfer_encoding);
   res.set(http::field::content_length, std::to_string(body.size()));
@@ -429,7 +547,7 @@ awaitable<bool> HttpDriver::RelayHeldResponse(Turn<Client, Up>& t) {
   co_return true;
 }
 
-// Header, then body pieces as they arrive (SSE stays incremental).
+// Header, then body pieces as they arrive (SSE stays incremental), each within upstream_idle_ms.
 template <class Client, class Up>
 awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
   Exchange& ex = t.ex;
@@ -443,6 +561,19 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
   auto [hec, hn] = co_await http::async_write_header(t.client, rs, kTok);
   t.client_ok = !hec;
   std::string piece;
+  // Marks the response as cut by the upstream: silent past the bound, or closed.
+  auto cut = [&](bool expired, const error_code& ec) {
+    t.up_ok = false;  // the head is out: all that is left is to cut the response short
+    if (expired) {
+      ex.rec.abort = kAbortUpstreamTimeout;
+      ex.rec.error = "upstream sent nothing for " + std::to_string(config_.upstream_idle_ms) +
+                     " ms of its response body";
+    } else {
+      ex.rec.abort = kAbortUpstreamClosed;
+      ex.rec.error = "upstream closed during the response body" +
+                     (ec ? ": " + ec.message() : std::string());
+    }
+  };
   // A Content-Length body is read from the stream straight into `piece` (what the header read
   // left in up.buf first), never past its end: Beast's parser would read into up.buf and copy
   // every byte out again. Chunked (and read-to-close) bodies go through the parser.
@@ -456,9 +587,12 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
         got = asio::buffer_copy(asio::buffer(piece), t.up.buf.data());
         t.up.buf.consume(got);
       } else {
+        Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                          [&upstream] { CancelIo(upstream); });
         auto [ec, n] = co_await upstream.async_read_some(asio::buffer(piece), kTok);
+        deadline.Disarm();
         if (ec || n == 0) {
-          t.up_ok = false;  // the head is out: all that is left is to cut the response short
+          cut(deadline.expired(), ec);
           break;
         }
         got = n;
@@ -468,6 +602,7 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
       ex.rec.bytes_down += got;
       if (Status st = chain_.OnResponseBody(ex, res, piece, left == 0); !st.ok()) {
         t.up_ok = false;
+        ex.rec.error = "response cut: " + st.error().message();
         break;
       }
       res.body().data = piece.empty() ? nullptr : piece.data();
@@ -483,10 +618,13 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
     piece.resize(kIoBuffer);
     res.body().data = piece.data();
     res.body().size = piece.size();
+    Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                      [&upstream] { CancelIo(upstream); });
     auto [ec, n] = co_await http::async_read_some(upstream, t.up.buf, rp, kTok);
+    deadline.Disarm();
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      t.up_ok = false;
+      cut(deadline.expired(), ec);
       break;
     }
     size_t got = piece.size() - res.body().size;
@@ -495,6 +633,7 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
     if (got == 0 && !rp.is_done()) continue;
     if (Status st = chain_.OnResponseBody(ex, res, piece, rp.is_done()); !st.ok()) {
       t.up_ok = false;  // the head is out: all that is left is to cut the response short
+      ex.rec.error = "response cut: " + st.error().message();
       break;
     }
     res.body().data = piece.empty() ? nullptr : piece.data();

@@ -5,7 +5,9 @@
 //
 // One exchange (Forward) is a sequence of steps, each a method below: decide on the head (the
 // chain, and a consent wait), read the held body, connect (or reuse) upstream, send the request,
-// receive the response head, relay the response body, then an upgraded connection's pump.
+// receive the response head, relay the response body, then an upgraded connection's pump. Every
+// exchange leaves exactly one trace record, whichever step it ends in (the abort reason and the
+// phases it reached: trace.h); one dropped with its event loop records proxy_stopped.
 //
 // Owned by Proxy::Impl (one per proxy); Serve runs on the event loop of the client connection.
 #pragma once
@@ -67,13 +69,16 @@ class HttpDriver {
  private:
   template <class Client, class Up>
   struct Turn;  // one exchange's state (http_driver.cc)
+  // How a step toward the response head ended: go on; the exchange ended (answered, refused or
+  // recorded); or a reused upstream connection failed before any byte of an answer.
+  enum class Outcome { kOk, kEnded, kRetry };
 
   // Relays one request and its response. Returns whether the client connection may be reused.
   template <class Client, class Up>
   awaitable<bool> Forward(Client& client, beast::flat_buffer& cbuf, RequestParser& parser,
                           const Origin& origin, UpstreamSlot<Up>& up);
-  // The steps of Forward, in order. Each returns false when the exchange ended (answered,
-  // refused or cut short): the client connection then closes.
+  // The steps of Forward, in order. Each returns false (or kEnded) when the exchange ended
+  // (answered, refused, or its record written for a client gone): the client connection closes.
   template <class Client, class Up>
   awaitable<bool> DecideHead(Turn<Client, Up>& t);
   template <class Client, class Up>
@@ -81,13 +86,14 @@ class HttpDriver {
   template <class Client, class Up>
   awaitable<bool> ConnectUpstream(Turn<Client, Up>& t);
   template <class Client, class Up>
-  awaitable<bool> SendRequest(Turn<Client, Up>& t);
+  awaitable<Outcome> SendRequest(Turn<Client, Up>& t);
   template <class Client, class Up>
   awaitable<bool> StreamRequestBody(Turn<Client, Up>& t);
   template <class Client, class Up>
-  awaitable<bool> ReceiveResponseHead(Turn<Client, Up>& t);
-  // The response body: held whole for a filter, empty, or streamed piece by piece. These set
-  // t.client_ok / t.up_ok and return false only for a refusal they answered.
+  awaitable<Outcome> ReceiveResponseHead(Turn<Client, Up>& t);
+  // The response body: held whole for a filter, or streamed piece by piece. These set
+  // t.client_ok / t.up_ok (and the record's abort when cut); RelayHeldResponse returns false
+  // when it answered the client itself.
   template <class Client, class Up>
   awaitable<bool> RelayHeldResponse(Turn<Client, Up>& t);
   template <class Client, class Up>
@@ -96,10 +102,18 @@ class HttpDriver {
   template <class Client, class Up>
   awaitable<void> PumpUpgraded(Turn<Client, Up>& t);
 
+  // The proxy's own answer `status` with `reason`, and the exchange's record (with `abort`, when
+  // the upstream gave no answer).
+  template <class Client, class Up>
+  awaitable<void> Answer(Turn<Client, Up>& t, int status, const std::string& reason,
+                         const std::string& abort = "");
+  // The client (or its stream, or the channel) went away `when`: recorded, nothing answered.
+  template <class Client, class Up>
+  void ClientWentAway(Turn<Client, Up>& t, const std::string& when);
   // A chain refusal: 451 and a trip when the exchange holds out-of-scope hits, else the
   // exchange's reply status. Always false (the connection closes).
-  template <class Client>
-  awaitable<bool> Refused(Client& client, Exchange& ex, const Status& st);
+  template <class Client, class Up>
+  awaitable<bool> Refused(Turn<Client, Up>& t, const Status& st);
 
   const ProxyConfig& config_;
   const ProxyContext& ctx_;

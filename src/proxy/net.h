@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,51 @@ inline int64_t NowMs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// Milliseconds since `t` on the steady clock.
+inline double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A bound on a wait: unless Disarm()ed (or destroyed) first, `on_expiry` runs on the executor's
+// loop once `ms` have passed, and expired() says so afterwards. on_expiry cancels what the wait is
+// for (a socket's pending operations end with operation_aborted), so the waiting step sees an
+// error and asks expired() why. ms <= 0: no bound.
+class Deadline {
+ public:
+  template <class Executor>
+  Deadline(const Executor& ex, int ms, std::function<void()> on_expiry)
+      : state_(std::make_shared<State>(ex)) {
+    if (ms <= 0) return;
+    state_->armed = true;
+    state_->timer.expires_after(std::chrono::milliseconds(ms));
+    state_->timer.async_wait([state = state_, fn = std::move(on_expiry)](error_code ec) {
+      if (ec || !state->armed) return;  // disarmed, or destroyed with what fn touches
+      state->armed = false;
+      state->expired = true;
+      fn();
+    });
+  }
+  ~Deadline() { Disarm(); }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+  void Disarm() {
+    if (!state_->armed) return;
+    state_->armed = false;
+    state_->timer.cancel();
+  }
+  bool expired() const { return state_->expired; }
+
+ private:
+  struct State {
+    explicit State(const asio::any_io_executor& ex) : timer(ex) {}
+    asio::steady_timer timer;
+    bool armed = false;
+    bool expired = false;
+  };
+  std::shared_ptr<State> state_;
+};
 
 // One upstream connection, reused for keep-alive while the target stays the same.
 template <class S>

@@ -3,8 +3,13 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <boost/beast/zlib/deflate_stream.hpp>
+#include <boost/crc.hpp>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -64,6 +69,30 @@ bool VersionLess(const std::string& a, const std::string& b) {
   auto pa = parts(a), pb = parts(b);
   if (pa != pb) return pa < pb;
   return a < b;
+}
+
+// `data` in gzip framing (RFC 1952) around Beast's deflate.
+std::string Gzip(const std::string& data) {
+  namespace zlib = boost::beast::zlib;
+  zlib::deflate_stream ds;
+  ds.reset(6, 15, 8, zlib::Strategy::normal);  // windowBits 15: raw deflate in Beast's API
+  std::string out("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", 10);
+  std::string buf(data.size() + 1024, '\0');
+  zlib::z_params zs;
+  zs.next_in = data.data();
+  zs.avail_in = data.size();
+  zs.next_out = buf.data();
+  zs.avail_out = buf.size();
+  boost::system::error_code ec;
+  ds.write(zs, zlib::Flush::finish, ec);
+  out.append(buf.data(), buf.size() - zs.avail_out);
+  boost::crc_32_type crc;
+  crc.process_bytes(data.data(), data.size());
+  uint32_t c = crc.checksum(), n = static_cast<uint32_t>(data.size());
+  for (uint32_t v : {c, n}) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  return out;
 }
 
 }  // namespace
@@ -148,15 +177,28 @@ std::string NpmRegistryFake::Packument(const std::string& name, const std::strin
   return doc.dump();
 }
 
-Handler NpmRegistryFake::handler() const {
-  return [this](const SeenRequest& r, ResponseWriter& w) {
+Handler NpmRegistryFake::handler(RegistryBehaviour b) const {
+  auto answers = std::make_shared<std::atomic<uint64_t>>(0);
+  return [this, b, answers](const SeenRequest& r, ResponseWriter& w) {
+    uint64_t nth = ++*answers;
+    if (b.jitter_ms > 0) {
+      thread_local std::mt19937 rng(static_cast<uint32_t>(nth * 2654435761u));
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (b.jitter_ms + 1)));
+    }
+    std::map<std::string, std::string> extra;
+    if (b.close_every > 0 && nth % static_cast<uint64_t>(b.close_every) == 0) {
+      extra["Connection"] = "close";
+    }
     std::string host = r.Header("host");
     std::string base = (r.sni.empty() ? "http://" : "https://") + host;
     std::string path = r.target.substr(0, r.target.find('?'));
     for (const NpmTarball& t : tarballs_) {
       if (path != t.url_path) continue;
       std::ifstream in(t.path, std::ios::binary);
-      w.StartChunked(200, {{"Content-Type", "application/octet-stream"}});
+      auto head = extra;
+      head["Content-Type"] = "application/octet-stream";
+      w.StartChunked(200, head);
+      if (b.first_byte_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(b.first_byte_ms));
       std::vector<char> buf(1 << 20);
       while (in) {
         in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -172,11 +214,18 @@ Handler NpmRegistryFake::handler() const {
       for (size_t p; (p = name.find(enc)) != std::string::npos;) name.replace(p, 3, "/");
     }
     std::string doc = r.method == "GET" && !name.empty() ? Packument(name, base) : "";
+    auto head = extra;
+    head["Content-Type"] = "application/json";
     if (doc.empty()) {
-      w.Send(404, {{"Content-Type", "application/json"}}, "{\"error\":\"Not found\"}");
+      w.Send(404, head, "{\"error\":\"Not found\"}");
       return;
     }
-    w.Send(200, {{"Content-Type", "application/json"}}, doc);
+    if (b.gzip_packuments && r.Header("accept-encoding").find("gzip") != std::string::npos) {
+      head["Content-Encoding"] = "gzip";
+      w.Send(200, head, Gzip(doc));
+      return;
+    }
+    w.Send(200, head, doc);
   };
 }
 

@@ -31,6 +31,17 @@ struct NpmTarball {
   std::string manifest;   // package.json text
 };
 
+// What the real registry does that a plain fake does not, for the install bench and the
+// real-client tests: every answer after a random wait, tarballs with a slow first byte, some
+// answers with Connection: close (and the connection closed after them), packuments gzipped for a
+// client that accepts it. Chunked tarball bodies and keep-alive are the fake's default.
+struct RegistryBehaviour {
+  int jitter_ms = 0;         // each answer waits a uniform 0..jitter_ms first
+  int first_byte_ms = 0;     // tarballs: this pause between the head and the body
+  int close_every = 0;       // every Nth answer says Connection: close (0: never)
+  bool gzip_packuments = false;
+};
+
 class NpmRegistryFake {
  public:
   // Loads every *.tgz of `dir` (reads package/package.json with tar, hashes the file).
@@ -42,7 +53,8 @@ class NpmRegistryFake {
   std::string Packument(const std::string& name, const std::string& base_url) const;
   // Serves GET /NAME (scoped names with %2f or '/'), GET tarball paths; 404 otherwise. Tarballs
   // are streamed from disk in chunks.
-  Handler handler() const;
+  Handler handler() const { return handler(RegistryBehaviour{}); }
+  Handler handler(RegistryBehaviour behaviour) const;
 
  private:
   std::vector<NpmTarball> tarballs_;

@@ -43,7 +43,7 @@ Status Proxy::Impl::Init() {
   return OkStatus();
 }
 
-void Proxy::Impl::Serve(int fd, bool transparent, std::string source) {
+void Proxy::Impl::Serve(int fd, bool transparent, std::string source, ClientEndReason why_ended) {
   if (stopped_) {
     close(fd);
     return;
@@ -61,9 +61,11 @@ void Proxy::Impl::Serve(int fd, bool transparent, std::string source) {
     return;
   }
   if (transparent) {
-    asio::co_spawn(io, TransparentSession(std::move(sock), std::move(source)), asio::detached);
+    asio::co_spawn(io, TransparentSession(std::move(sock), std::move(source), std::move(why_ended)),
+                   asio::detached);
   } else {
-    asio::co_spawn(io, Session(std::move(sock), std::move(source)), asio::detached);
+    asio::co_spawn(io, Session(std::move(sock), std::move(source), std::move(why_ended)),
+                   asio::detached);
   }
 }
 
@@ -135,6 +137,12 @@ void Proxy::ServeTransparent(int fd) { impl_->Serve(fd, true); }
 void Proxy::Serve(int fd, const std::string& source) { impl_->Serve(fd, false, source); }
 void Proxy::ServeTransparent(int fd, const std::string& source) {
   impl_->Serve(fd, true, source);
+}
+void Proxy::Serve(int fd, const std::string& source, ClientEndReason why_ended) {
+  impl_->Serve(fd, false, source, std::move(why_ended));
+}
+void Proxy::ServeTransparent(int fd, const std::string& source, ClientEndReason why_ended) {
+  impl_->Serve(fd, true, source, std::move(why_ended));
 }
 Result<uint16_t> Proxy::ListenLoopback() { return impl_->ListenLoopback(); }
 void Proxy::Stop() {

@@ -28,7 +28,13 @@
 //     upstream connection is reset before the placeholder's bytes are written.
 //   - responses to a request that carried a real value come back in identity encoding (else 502)
 //     with the real values redacted in every known form (redactor.h);
-//   - one trace record per request (trace.h).
+//   - one trace record per request (trace.h), also for a request that ends without a whole
+//     response (the client gone, its stream reset or the channel closed, the upstream refusing,
+//     timing out or closing, the proxy stopping), with the reason and the phases it reached; an
+//     upstream silent beyond a bound is answered 504 (ProxyConfig::upstream_idle_ms);
+//   - a request whose reused upstream connection fails before any byte of an answer (the
+//     upstream closed it while idle) is sent again once on a new connection, when that is safe
+//     (an idempotent method and a body the proxy still holds), else answered 502.
 // Each request runs through the filter chain (chain.h; the order is in chain.cc); the files that
 // implement this class are listed in proxy_impl.h.
 //   - the workspace's egress policy (policy.h) decides which host:port may be reached at all:
@@ -119,7 +125,20 @@ struct ProxyConfig {
   // The header itself must arrive within transparent_idle_ms.
   int transparent_sniff_ms = 1000;
   int transparent_idle_ms = 30000;
+  // Bounds on the upstream (0: none): a TCP connect (and TLS handshake) must end within
+  // upstream_connect_ms; after the request is sent, the response head, and then each piece of its
+  // body, must come within upstream_idle_ms. Past either the client gets 504 with the reason (a
+  // response already started is cut) and the trace record says upstream_timeout. The idle bound
+  // is above the clients' own (npm's fetch timeout is 5 minutes, an LLM SDK's request 10).
+  int upstream_connect_ms = 30000;
+  int upstream_idle_ms = 11 * 60 * 1000;
 };
+
+// Why a client connection ended, when the socket cannot say: a channel stream the guest reset, or
+// the channel itself closing (channel/mux.h StreamEnd). Returns a kAbort* code of trace.h, or ""
+// when nothing is known (an ordinary close). Called on a proxy thread after a read or write on
+// the connection failed.
+using ClientEndReason = std::function<std::string()>;
 
 class Proxy {
  public:
@@ -135,6 +154,9 @@ class Proxy {
   // of the connection carries `source` (trace.h). Same policy, placeholders and detector.
   void Serve(int fd, const std::string& source);
   void ServeTransparent(int fd, const std::string& source);
+  // The same, for a stream that can say why it ended (the supervisor's channel streams).
+  void Serve(int fd, const std::string& source, ClientEndReason why_ended);
+  void ServeTransparent(int fd, const std::string& source, ClientEndReason why_ended);
   // Listens on 127.0.0.1:0 and serves every accepted connection; returns the port.
   Result<uint16_t> ListenLoopback();
   // Closes every connection and joins the threads. Idempotent.

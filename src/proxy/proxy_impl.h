@@ -39,17 +39,19 @@ class Proxy::Impl {
   ~Impl() { Stop(); }
 
   Status Init();
-  void Serve(int fd, bool transparent, std::string source = "");
+  void Serve(int fd, bool transparent, std::string source = "", ClientEndReason why_ended = {});
   Result<uint16_t> ListenLoopback();
   void Stop();
   bool compromised() const { return tripped_.load(); }
 
  private:
   // session.cc
-  awaitable<void> Session(GenericSocket sock, std::string source);
-  awaitable<void> TransparentSession(GenericSocket sock, std::string source);
+  awaitable<void> Session(GenericSocket sock, std::string source, ClientEndReason why_ended);
+  awaitable<void> TransparentSession(GenericSocket sock, std::string source,
+                                     ClientEndReason why_ended);
+  // `client`: the proxy-mode connection's origin (its source and end reason).
   awaitable<void> HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf, Authority authority,
-                                std::string source);
+                                const Origin& client);
   // The client's bytes in `cbuf` start a TLS handshake: terminate it and serve HTTP inside.
   awaitable<void> InterceptTls(GenericSocket sock, beast::flat_buffer& cbuf, Origin origin,
                                TraceRecord rec);

@@ -24,20 +24,30 @@ int LooksLikeHttp(std::string_view b) {
 }  // namespace
 
 // Proxy mode: the request loop reads each request; a CONNECT takes the socket over.
-awaitable<void> Proxy::Impl::Session(GenericSocket sock, std::string source) {
+awaitable<void> Proxy::Impl::Session(GenericSocket sock, std::string source,
+                                     ClientEndReason why_ended) {
   beast::flat_buffer cbuf;
   cbuf.reserve(kIoBuffer);  // read size = capacity (see UpstreamSlot)
   Origin plain;
   plain.source = source;
+  plain.end_reason = std::move(why_ended);
   std::optional<Authority> connect = co_await driver_.Serve<TcpSocket>(sock, cbuf, plain);
-  if (connect) co_await HandleConnect(std::move(sock), cbuf, *connect, source);
+  if (connect) co_await HandleConnect(std::move(sock), cbuf, *connect, plain);
 }
 
 awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffer& cbuf,
-                                           Authority authority, std::string source) {
+                                           Authority authority, const Origin& client) {
   TraceRecord rec;
   rec.time_ms = NowMs();
-  rec.source = source;
+  rec.source = client.source;
+  auto start = std::chrono::steady_clock::now();
+  // A tunnel the client leaves before it carried a request still gets its record.
+  auto gone = [&](const std::string& when) {
+    rec.abort = client.ClientAbort();
+    rec.error = "the client went away " + when;
+    rec.latency_ms = MsSince(start);
+    Record(rec);
+  };
   rec.method = "CONNECT";
   rec.host = authority.host;
   rec.port = authority.port;
@@ -68,17 +78,17 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
       co_return;
     }
     auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
-    if (wec) co_return;
+    if (wec) co_return gone("before the tunnel opened");
     co_await Splice(sock, cbuf, authority, std::move(upstream).value(), rec);
     co_return;
   }
   auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(kOk), kTok);
-  if (wec) co_return;
+  if (wec) co_return gone("before the tunnel opened");
   // SECURITY: only TLS goes through a tunnel (opaque bytes would bypass the detector), unless the
   // egress policy names this host:port explicitly (an opaque tunnel, never on 80/443).
   if (cbuf.size() == 0) {
     auto [rec2, rn] = co_await sock.async_read_some(cbuf.prepare(kIoBuffer), kTok);
-    if (rec2) co_return;
+    if (rec2) co_return gone("before sending a byte into the tunnel");
     cbuf.commit(rn);
   }
   const auto* first = static_cast<const unsigned char*>(cbuf.data().data());
@@ -92,10 +102,9 @@ awaitable<void> Proxy::Impl::HandleConnect(GenericSocket sock, beast::flat_buffe
     Record(rec);
     co_return;
   }
-  Origin origin;
+  Origin origin = client;
   origin.tls = true;
   origin.connect = authority;
-  origin.source = source;
   co_await InterceptTls(std::move(sock), cbuf, origin, rec);
 }
 
@@ -104,7 +113,11 @@ awaitable<void> Proxy::Impl::InterceptTls(GenericSocket sock, beast::flat_buffer
   ClientTls tls(std::move(sock), interceptor_.context());
   Status st = co_await interceptor_.Handshake(tls, cbuf, origin);
   if (!st.ok()) {
-    rec.status = st.error().code() == ErrorCode::kPermissionDenied ? 421 : 400;
+    if (st.error().code() == ErrorCode::kUnavailable) {
+      rec.abort = origin.ClientAbort();  // gone during the handshake: nobody to answer
+    } else {
+      rec.status = st.error().code() == ErrorCode::kPermissionDenied ? 421 : 400;
+    }
     rec.error = st.error().message();
     Record(rec);
     if (rec.status == 421) {
@@ -192,7 +205,8 @@ awaitable<bool> Proxy::Impl::ReadWithin(GenericSocket& sock, beast::flat_buffer&
   co_return true;
 }
 
-awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock, std::string source) {
+awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock, std::string source,
+                                                ClientEndReason why_ended) {
   TraceRecord rec;
   rec.time_ms = NowMs();
   rec.source = source;
@@ -268,6 +282,7 @@ awaitable<void> Proxy::Impl::TransparentSession(GenericSocket sock, std::string 
   origin.transparent = true;
   origin.connect = a;
   origin.source = source;
+  origin.end_reason = std::move(why_ended);
   if (verdict == 1) {
     origin.tls = true;
     co_await InterceptTls(std::move(sock), cbuf, origin, rec);

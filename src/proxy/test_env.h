@@ -113,6 +113,8 @@ class ProxyEnv {
     cfg.tunnel_hosts = tunnel_hosts;
     cfg.egress_policy = egress_policy;
     cfg.transparent_sniff_ms = sniff_ms;
+    cfg.upstream_connect_ms = upstream_connect_ms;
+    cfg.upstream_idle_ms = upstream_idle_ms;
     cfg.consent = consent;
     auto p = Proxy::Start(std::move(cfg));
     ASSERT_TRUE(p.ok()) << p.error().ToString();
@@ -148,6 +150,8 @@ class ProxyEnv {
   std::vector<std::string> tunnel_hosts;
   EgressPolicy egress_policy;  // set before StartProxy
   int sniff_ms = 1000;         // transparent mode's wait for a client's first bytes
+  int upstream_connect_ms = 30000;       // ProxyConfig's bounds on the upstream
+  int upstream_idle_ms = 11 * 60 * 1000;
   std::shared_ptr<ConsentGate> consent;  // set before StartProxy (consent_filter.h)
   bool resolve_only = true;    // set before StartProxy
   std::unique_ptr<Proxy> proxy;

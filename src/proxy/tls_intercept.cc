@@ -86,6 +86,10 @@ awaitable<Status> TlsInterceptor::Handshake(ClientTls& tls, beast::flat_buffer& 
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), &connect_host);
   auto [hec, used] = co_await tls.async_handshake(ssl::stream_base::server, cbuf.data(), kTok);
   SSL_set_ex_data(tls.native_handle(), ConnectHostIndex(), nullptr);
+  if (hec == asio::error::eof || hec == asio::error::connection_reset ||
+      hec == asio::error::broken_pipe || hec == ssl::error::stream_truncated) {
+    co_return Error(ErrorCode::kUnavailable, "the client went away during the TLS handshake");
+  }
   if (hec) co_return Error(ErrorCode::kInvalidArgument, "TLS handshake with the client failed");
   cbuf.consume(used);
   const char* sni = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);

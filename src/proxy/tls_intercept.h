@@ -24,9 +24,9 @@ class TlsInterceptor {
   ssl::context& context() { return ctx_; }
 
   // Completes the server handshake on `tls` (the ClientHello's bytes are in `cbuf`, consumed as
-  // used) and sets origin.sni. An error says why the connection must close: the handshake failed
-  // (kInvalidArgument), or, in transparent mode, the SNI names another host than the one the
-  // connection is for (kPermissionDenied).
+  // used) and sets origin.sni. An error says why the connection must close: the client went away
+  // (kUnavailable), the handshake failed (kInvalidArgument), or, in transparent mode, the SNI
+  // names another host than the one the connection is for (kPermissionDenied).
   awaitable<Status> Handshake(ClientTls& tls, beast::flat_buffer& cbuf, Origin& origin);
 
  private:

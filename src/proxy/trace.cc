@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <fstream>
 #include <map>
 
@@ -25,6 +26,17 @@ nlohmann::json TraceRecord::ToJson() const {
   if (!error.empty()) j["error"] = error;
   if (!mode.empty()) j["mode"] = mode;
   if (!source.empty()) j["source"] = source;
+  if (!abort.empty()) j["abort"] = abort;
+  nlohmann::json ph = nlohmann::json::object();
+  const std::pair<const char*, double> parts[] = {{"dns_ms", phases.dns_ms},
+                                                  {"connect_ms", phases.connect_ms},
+                                                  {"tls_ms", phases.tls_ms},
+                                                  {"first_byte_ms", phases.first_byte_ms},
+                                                  {"body_ms", phases.body_ms}};
+  for (const auto& [name, ms] : parts) {
+    if (ms >= 0) ph[name] = std::round(ms * 10) / 10;
+  }
+  if (!ph.empty()) j["phases"] = ph;
   if (!consent.empty()) {
     nlohmann::json c = nlohmann::json::array();
     for (const ConsentRecord& d : consent) {
@@ -53,6 +65,14 @@ Result<TraceRecord> TraceRecord::FromJson(const nlohmann::json& j) {
     r.error = j.value("error", "");
     r.mode = j.value("mode", "");
     r.source = j.value("source", "");
+    r.abort = j.value("abort", "");
+    if (j.contains("phases") && j["phases"].is_object()) {
+      const auto& ph = j["phases"];
+      auto ms = [&](const char* name) {
+        return ph.contains(name) && ph[name].is_number() ? ph[name].get<double>() : -1.0;
+      };
+      r.phases = {ms("dns_ms"), ms("connect_ms"), ms("tls_ms"), ms("first_byte_ms"), ms("body_ms")};
+    }
     if (j.contains("swaps") && j["swaps"].is_array()) {
       for (const auto& s : j["swaps"]) {
         if (s.is_string()) r.swaps.push_back(s.get<std::string>());
@@ -139,7 +159,7 @@ std::vector<HostSummary> Summarize(const std::vector<TraceRecord>& records) {
     HostSummary& s = by_host[r.host];
     s.host = r.host;
     ++s.requests;
-    if (r.status == 0 || r.status >= 400) ++s.errors;
+    if (r.status == 0 || r.status >= 400 || !r.abort.empty()) ++s.errors;
     s.bytes_up += r.bytes_up;
     s.bytes_down += r.bytes_down;
     s.swaps += r.swaps.size();

@@ -7,7 +7,12 @@
 // blocked, error (why the proxy refused or failed, e.g. "egress policy: ..."), mode ("transparent"
 // for the guest's redirected connections, the "egress" service; absent for proxy mode), source
 // ("browser" for the workspace's browser VM; absent for the workspace's own VM), consent
-// ([{credential, decision, by, grant_s, asked}]: each ask-before-use decision; absent if none).
+// ([{credential, decision, by, grant_s, asked}]: each ask-before-use decision; absent if none),
+// abort (why the request ended without a whole response, one of the kAbort* codes below; absent
+// when it got one, even an error status), phases ({dns_ms, connect_ms, tls_ms, first_byte_ms,
+// body_ms}: the phases it reached; absent if none).
+// Every request the proxy read a head of gets exactly one record, aborted or not; so does a CONNECT
+// or transparent stream that ends before any request (refused, a failed handshake, nothing sent).
 // SECURITY: never a secret value. Placeholders are not secret; real values never reach a record
 // (the proxy only records ids), and query strings are dropped because they may carry other data.
 #pragma once
@@ -42,6 +47,25 @@ struct ConsentRecord {
   bool asked = false;      // a person was asked for this request (false: a grant covered it)
 };
 
+// How long each phase of a request took, in ms, from the proxy's view; -1: the phase did not
+// happen (a reused upstream connection has no dns, connect or tls) or was not reached.
+struct TracePhases {
+  double dns_ms = -1;         // resolving the upstream's name
+  double connect_ms = -1;     // TCP connect to the upstream
+  double tls_ms = -1;         // the upstream's TLS handshake
+  double first_byte_ms = -1;  // request sent -> the response head read
+  double body_ms = -1;        // the response head -> its last byte relayed
+};
+
+// Why a request ended without a whole response (TraceRecord::abort).
+inline constexpr char kAbortClientGone[] = "client_gone";        // the client closed or reset
+inline constexpr char kAbortStreamReset[] = "stream_reset";      // the guest reset its stream
+inline constexpr char kAbortChannelClosed[] = "channel_closed";  // the host-guest channel ended
+inline constexpr char kAbortProxyStopped[] = "proxy_stopped";    // the proxy stopped (VM stop)
+inline constexpr char kAbortUpstreamRefused[] = "upstream_refused";  // no connection (502)
+inline constexpr char kAbortUpstreamTimeout[] = "upstream_timeout";  // no answer in time (504)
+inline constexpr char kAbortUpstreamClosed[] = "upstream_closed";    // closed mid-answer
+
 struct TraceRecord {
   int64_t time_ms = 0;
   std::string host;
@@ -60,6 +84,8 @@ struct TraceRecord {
   // Which VM sent it: "" (the workspace) or "browser" (its browser VM, supervisor/browser_vm.h).
   std::string source;
   std::vector<ConsentRecord> consent;  // ask-credentials of this request and their decisions
+  std::string abort;  // "" (a whole response) or a kAbort* code; `error` says more
+  TracePhases phases;
 
   nlohmann::json ToJson() const;
   static Result<TraceRecord> FromJson(const nlohmann::json& j);

@@ -27,12 +27,15 @@ Status UpstreamConnector::Init() {
   return OkStatus();
 }
 
-awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a) {
+awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a, TraceRecord* rec) {
+  TraceRecord scratch;
+  if (!rec) rec = &scratch;
   auto ex = co_await asio::this_coro::executor;
   TcpSocket sock(ex);
   std::string key = a.HostPort();
   auto it = config_.resolve.find(key);
-  asio::ip::tcp::resolver::results_type endpoints;
+  std::vector<asio::ip::tcp::endpoint> endpoints;
+  auto dns_start = std::chrono::steady_clock::now();
   if (it != config_.resolve.end()) {
     auto mapped = ParseAuthority(it->second, 0);
     error_code ec;
@@ -40,53 +43,74 @@ awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a) {
     if (!mapped.ok() || ec) {
       co_return Error(ErrorCode::kInvalidArgument, "bad resolve override for " + key);
     }
-    auto [cec] = co_await sock.async_connect({addr, mapped->port}, kTok);
-    if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
+    endpoints.emplace_back(addr, mapped->port);
+    rec->phases.dns_ms = MsSince(dns_start);
   } else {
     if (config_.resolve_only) {
       co_return Error(ErrorCode::kUnavailable, key + " is not in the resolve overrides");
     }
     asio::ip::tcp::resolver resolver(ex);
-    auto [rec, results] = co_await resolver.async_resolve(a.host, std::to_string(a.port), kTok);
-    if (rec) co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec.message());
+    auto [rec_ec, results] = co_await resolver.async_resolve(a.host, std::to_string(a.port), kTok);
+    rec->phases.dns_ms = MsSince(dns_start);
+    if (rec_ec) {
+      rec->abort = kAbortUpstreamRefused;
+      co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec_ec.message());
+    }
     // SECURITY: a guest-chosen name must not lead to the host's own services or link-local
     // metadata endpoints.
     // The host's interface addresses, read once per connection (they change: a docker bridge
     // comes and goes); SECURITY: fail closed when they cannot be read.
     auto local = LocalInterfaceAddresses();
     if (!local.ok()) co_return local.error();
-    std::vector<asio::ip::tcp::endpoint> allowed;
     for (const auto& entry : results) {
       if (!UpstreamRefusal(entry.endpoint().address(), config_.egress_policy, a.host, a.port,
                            *local)) {
-        allowed.push_back(entry.endpoint());
+        endpoints.push_back(entry.endpoint());
       }
     }
-    if (allowed.empty()) {
+    if (endpoints.empty()) {
       co_return Error(ErrorCode::kPermissionDenied,
                       a.host + " resolves to a loopback, link-local, cloud metadata, host-interface "
                       "or private address only (docs/threat-model.md: upstream addresses)",
                       "a private host must be named in the egress policy: cloister egress NAME "
                       "--allow HOST --allow-all");
     }
-    auto [cec, ep] = co_await asio::async_connect(sock, allowed, kTok);
-    if (cec) co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
   }
+  auto connect_start = std::chrono::steady_clock::now();
+  Deadline deadline(ex, config_.upstream_connect_ms, [&sock] {
+    error_code ec;
+    sock.cancel(ec);
+  });
+  auto [cec, ep] = co_await asio::async_connect(sock, endpoints, kTok);
+  deadline.Disarm();
+  if (deadline.expired()) {
+    rec->abort = kAbortUpstreamTimeout;
+    co_return Error(ErrorCode::kUnavailable, "connect " + key + ": no answer within " +
+                                                 std::to_string(config_.upstream_connect_ms) +
+                                                 " ms");
+  }
+  if (cec) {
+    rec->abort = kAbortUpstreamRefused;
+    co_return Error(ErrorCode::kUnavailable, "connect " + key + ": " + cec.message());
+  }
+  rec->phases.connect_ms = MsSince(connect_start);
   error_code ec;
   sock.set_option(asio::ip::tcp::no_delay(true), ec);
   co_return std::move(sock);
 }
 
 awaitable<Result<std::unique_ptr<TcpSocket>>> UpstreamConnector::Open(const Authority& a,
-                                                                       TcpSocket*) {
-  auto sock = co_await ConnectTcp(a);
+                                                                       TcpSocket*,
+                                                                       TraceRecord* rec) {
+  auto sock = co_await ConnectTcp(a, rec);
   if (!sock.ok()) co_return sock.error();
   co_return std::make_unique<TcpSocket>(std::move(sock).value());
 }
 
 awaitable<Result<std::unique_ptr<TlsStream>>> UpstreamConnector::Open(const Authority& a,
-                                                                       TlsStream*) {
-  auto sock = co_await ConnectTcp(a);
+                                                                       TlsStream*,
+                                                                       TraceRecord* rec) {
+  auto sock = co_await ConnectTcp(a, rec);
   if (!sock.ok()) co_return sock.error();
   auto tls = std::make_unique<TlsStream>(std::move(sock).value(), ctx_);
   SSL* s = tls->native_handle();
@@ -98,14 +122,29 @@ awaitable<Result<std::unique_ptr<TlsStream>>> UpstreamConnector::Open(const Auth
     SSL_set_tlsext_host_name(s, a.host.c_str());
     SSL_set1_host(s, a.host.c_str());
   }
+  auto tls_start = std::chrono::steady_clock::now();
+  TlsStream* raw = tls.get();
+  Deadline deadline(co_await asio::this_coro::executor, config_.upstream_connect_ms, [raw] {
+    error_code ec;
+    raw->next_layer().cancel(ec);
+  });
   auto [ec] = co_await tls->async_handshake(ssl::stream_base::client, kTok);
+  deadline.Disarm();
+  if (deadline.expired()) {
+    if (rec) rec->abort = kAbortUpstreamTimeout;
+    co_return Error(ErrorCode::kUnavailable, "TLS to " + a.HostPort() + ": no handshake within " +
+                                                 std::to_string(config_.upstream_connect_ms) +
+                                                 " ms");
+  }
   if (ec) {
     long vr = SSL_get_verify_result(s);
     std::string why = vr != X509_V_OK ? std::string("certificate verification failed: ") +
                                             X509_verify_cert_error_string(vr)
                                       : ec.message();
+    if (rec) rec->abort = kAbortUpstreamRefused;
     co_return Error(ErrorCode::kUnavailable, "TLS to " + a.HostPort() + ": " + why);
   }
+  if (rec) rec->phases.tls_ms = MsSince(tls_start);
   co_return tls;
 }
 

@@ -11,6 +11,7 @@
 #include "proxy/http_head.h"
 #include "proxy/net.h"
 #include "proxy/proxy.h"
+#include "proxy/trace.h"
 
 namespace cloister::proxy {
 
@@ -23,11 +24,17 @@ class UpstreamConnector {
   // http/1.1.
   Status Init();
 
-  // A TCP connection to `a` (no_delay), through the resolve overrides or DNS.
-  awaitable<Result<TcpSocket>> ConnectTcp(const Authority& a);
-  // The upstream leg of a client connection: plain TCP, or TLS verified for a's host.
-  awaitable<Result<std::unique_ptr<TcpSocket>>> Open(const Authority& a, TcpSocket*);
-  awaitable<Result<std::unique_ptr<TlsStream>>> Open(const Authority& a, TlsStream*);
+  // A TCP connection to `a` (no_delay), through the resolve overrides or DNS, within
+  // config.upstream_connect_ms. `rec` (may be null) gets the phases reached (dns, connect) and,
+  // when no connection could be made, the abort code (upstream_refused or upstream_timeout; a
+  // refusal of the proxy's own, such as a forbidden address, leaves it empty).
+  awaitable<Result<TcpSocket>> ConnectTcp(const Authority& a, TraceRecord* rec = nullptr);
+  // The upstream leg of a client connection: plain TCP, or TLS verified for a's host (its
+  // handshake within config.upstream_connect_ms too; the tls phase in `rec`).
+  awaitable<Result<std::unique_ptr<TcpSocket>>> Open(const Authority& a, TcpSocket*,
+                                                     TraceRecord* rec);
+  awaitable<Result<std::unique_ptr<TlsStream>>> Open(const Authority& a, TlsStream*,
+                                                     TraceRecord* rec);
 
  private:
   const ProxyConfig& config_;

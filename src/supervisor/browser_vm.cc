@@ -496,6 +496,7 @@ Status BrowserVm::StartLocked(const BrowserStartOptions& options, std::shared_pt
   if (!chan.ok()) return fail(chan.error().WithContext("browser VM channel"));
   channel::MuxOptions mo;
   mo.role = channel::MuxRole::kHost;
+  mo.max_streams = protocol::kHostChannelStreams;
   mo.log = [this](std::string_view line) { Log("channel: " + std::string(line)); };
   std::weak_ptr<Running> weak = run;
   mo.on_ready = [this, weak](const std::string& info) {

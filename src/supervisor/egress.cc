@@ -16,6 +16,21 @@
 
 namespace cloister::vm {
 
+proxy::ClientEndReason Egress::EndReason(std::shared_ptr<const channel::StreamEnd> end) {
+  if (!end) return nullptr;
+  return [end]() -> std::string {
+    switch (end->reason()) {
+      case channel::StreamEnd::Reason::kReset:
+        return proxy::kAbortStreamReset;
+      case channel::StreamEnd::Reason::kChannelClosed:
+        return proxy::kAbortChannelClosed;
+      case channel::StreamEnd::Reason::kNone:
+        break;
+    }
+    return "";
+  };
+}
+
 std::map<std::string, std::string> ProxyEnvironment() {
   const std::string url = kGuestProxyUrl;
   const std::string no_proxy = "localhost,127.0.0.1,::1";

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "channel/mux.h"
 #include "oauth/refresh_timer.h"
 #include "protocol/contract.h"
 #include "proxy/consent_filter.h"
@@ -97,14 +98,28 @@ class Egress {
   ~Egress();
 
   const GuestSetup& guest() const { return guest_; }
-  // Hands one connected guest stream to the proxy (the mux's "proxy" service handler).
-  void Serve(int fd) { proxy_->Serve(fd); }
+  // Hands one connected guest stream to the proxy (the mux's "proxy" service handler); `end`
+  // tells the proxy's trace a reset stream or a closed channel from a client's own close.
+  void Serve(int fd, std::shared_ptr<const channel::StreamEnd> end = nullptr) {
+    proxy_->Serve(fd, "", EndReason(std::move(end)));
+  }
   // Hands one transparent-mode guest stream to the same proxy (the mux's "egress" service).
-  void ServeTransparent(int fd) { proxy_->ServeTransparent(fd); }
+  void ServeTransparent(int fd, std::shared_ptr<const channel::StreamEnd> end = nullptr) {
+    proxy_->ServeTransparent(fd, "", EndReason(std::move(end)));
+  }
   // The same for the workspace's browser VM (supervisor/browser_vm.h): the same proxy, with every
   // trace record of the stream marked `"source": source`.
-  void Serve(int fd, const std::string& source) { proxy_->Serve(fd, source); }
-  void ServeTransparent(int fd, const std::string& source) { proxy_->ServeTransparent(fd, source); }
+  void Serve(int fd, const std::string& source,
+             std::shared_ptr<const channel::StreamEnd> end = nullptr) {
+    proxy_->Serve(fd, source, EndReason(std::move(end)));
+  }
+  void ServeTransparent(int fd, const std::string& source,
+                        std::shared_ptr<const channel::StreamEnd> end = nullptr) {
+    proxy_->ServeTransparent(fd, source, EndReason(std::move(end)));
+  }
+  // What the proxy's trace says of a guest stream that ended under a request (proxy.h
+  // ClientEndReason): stream_reset, channel_closed, or nothing known. Null `end`: nothing.
+  static proxy::ClientEndReason EndReason(std::shared_ptr<const channel::StreamEnd> end);
   bool compromised() const { return proxy_->compromised(); }
   void Stop();
 

@@ -547,6 +547,7 @@ Status Supervisor::Boot(bool resume) {
   ASSIGN_OR_RETURN(int chan_fd, ConnectUnix(paths_.channel_socket));
   channel::MuxOptions mo;
   mo.role = channel::MuxRole::kHost;
+  mo.max_streams = protocol::kHostChannelStreams;
   mo.log = [](std::string_view line) { Log("channel: " + std::string(line)); };
   mo.on_ready = [this, gen](const std::string& info) {
     Action a(Action::Type::kReady);
@@ -563,12 +564,16 @@ Status Supervisor::Boot(bool resume) {
   ASSIGN_OR_RETURN(std::unique_ptr<channel::Mux> mux, channel::Mux::Create(chan_fd, mo));
   {
     std::shared_ptr<Egress> egress = egress_;
-    mux->RegisterService(kProxyService, [egress](int fd, const std::vector<std::string>&) {
-      egress->Serve(fd);  // takes ownership of fd
-    });
-    mux->RegisterService(kEgressService, [egress](int fd, const std::vector<std::string>&) {
-      egress->ServeTransparent(fd);  // takes ownership of fd
-    });
+    // Both take ownership of fd; the stream's end tells the trace a reset or a closed channel.
+    using StreamEndPtr = std::shared_ptr<const channel::StreamEnd>;
+    mux->RegisterStreamService(
+        kProxyService, [egress](int fd, const std::vector<std::string>&, StreamEndPtr end) {
+          egress->Serve(fd, std::move(end));
+        });
+    mux->RegisterStreamService(
+        kEgressService, [egress](int fd, const std::vector<std::string>&, StreamEndPtr end) {
+          egress->ServeTransparent(fd, std::move(end));
+        });
     std::shared_ptr<sshagent::SignOnlyAgent> agent = ssh_agent_;
     mux->RegisterService(protocol::kSshAgentService, [agent](int fd, const std::vector<std::string>&) {
       // Handlers run on the mux's loop thread, which also carries this stream's bytes: serve the
