@@ -15,7 +15,8 @@ if [ "${1:-}" = --build ]; then BUILD="$2"; shift 2; fi
 specs=("$@")
 if [ "${#specs[@]}" = 0 ]; then
   specs=(aws_resign_bench channel_bench image_verify_bench store_bench egress_bench port_bench share_bench
-         "proxy_bench:--rounds 3 --bulk-mib 512" "proxy_load_bench:--soak-seconds 60")
+         "proxy_bench:--rounds 3 --bulk-mib 512" "proxy_load_bench:--soak-seconds 60"
+         "install_bench:--runs 3")
 fi
 page=docs/benchmarks.md
 CLOISTER_BENCH_REVISION="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo '+changes')"

@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 build_pkgs=(build-essential cmake ninja-build mold pkg-config git
   libssl-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libseccomp-dev libext2fs-dev libarchive-dev liblzma-dev libc-ares-dev)
-run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd
+run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd libc-ares2
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
   mitmproxy python3 python3-botocore python3-jsonschema sqlite3 iproute2 tmux hyperfine wrk xfsprogs

@@ -81,6 +81,8 @@ void AddTraceCommand(CLI::App& app, Cli& cli) {
         }
         if (!r.leaks.empty()) cli.out() << "  LEAK " << Leaks(r);
         if (!r.mode.empty()) cli.out() << "  [" << Shown(r.mode) << "]";
+        // A request that ended without a whole response, and why (proxy/trace.h kAbort*).
+        if (!r.abort.empty()) cli.out() << "  ABORTED " << Shown(r.abort);
         if (!r.error.empty()) cli.out() << "  (" << Shown(r.error) << ")";
         cli.out() << "\n";
       }

@@ -162,7 +162,14 @@ TEST(TraceAbortTest, AnUpstreamThatRefusesIs502AndRecordedWithTheConnectPhase) {
 
 TEST(TraceAbortTest, AnUpstreamSilentBeyondTheBoundIs504WithTheReason) {
   Gate never;
-  auto up = FakeUpstream::Start(nullptr, [&](const SeenRequest&, ResponseWriter& w) {
+  auto up = FakeUpstream::Start(nullptr, [&](const SeenRequest& r, ResponseWriter& w) {
+    if (r.target == "/silent-body") {
+      w.StartChunked(200, {});
+      w.Chunk("a first piece");
+      never.Wait(20s);
+      w.End();
+      return;
+    }
     never.Wait(20s);
     w.Send(200, {}, "late");
   });
@@ -211,6 +218,17 @@ TEST(TraceAbortTest, AnUpstreamSilentBeyondTheBoundIs504WithTheReason) {
   EXPECT_EQ(connect[0].abort, kAbortUpstreamTimeout);
   EXPECT_NE(connect[0].error.find("no answer within 300 ms"), std::string::npos)
       << connect[0].error;
+  {
+    // Silent in the middle of its body: the response is cut, and the record says why.
+    RawClient c(env.proxy_port);
+    c.Send(Get("slow.test", "/silent-body"));
+    EXPECT_EQ(c.Read().result_int(), 0u);
+  }
+  auto body = RecordsOf(env, "/silent-body", 1);
+  ASSERT_EQ(body.size(), 1u);
+  EXPECT_EQ(body[0].abort, kAbortUpstreamTimeout);
+  EXPECT_EQ(body[0].status, 200);
+  EXPECT_NE(body[0].error.find("sent nothing for 300 ms"), std::string::npos) << body[0].error;
   never.Open();
   for (int f : fillers) close(f);
   close(full);

@@ -490,18 +490,19 @@ awaitable<bool> HttpDriver::RelayHeldResponse(Turn<Client, Up>& t) {
   auto& res = rp.get();
   Up& upstream = *t.up.stream;
   std::string body;
+  IdleWatch idle(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                 [&upstream] { CancelIo(upstream); });
   while (!rp.is_done()) {
     res.body().data = t.io.data();
     res.body().size = t.io.size();
-    Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
-                      [&upstream] { CancelIo(upstream); });
+    idle.Begin();
     auto [ec, n] = co_await http::async_read_some(upstream, t.up.buf, rp, kTok);
-    deadline.Disarm();
+    idle.End();
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       t.up.Reset();
       vault::SecureWipe(body);
-      if (deadline.expired()) {
+      if (idle.expired()) {
         co_await Answer(t, 504,
                         "upstream sent nothing for " + std::to_string(config_.upstream_idle_ms) +
                             " ms of its response body",
@@ -561,6 +562,8 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
   auto [hec, hn] = co_await http::async_write_header(t.client, rs, kTok);
   t.client_ok = !hec;
   std::string piece;
+  IdleWatch idle(co_await asio::this_coro::executor, config_.upstream_idle_ms,
+                 [&upstream] { CancelIo(upstream); });
   // Marks the response as cut by the upstream: silent past the bound, or closed.
   auto cut = [&](bool expired, const error_code& ec) {
     t.up_ok = false;  // the head is out: all that is left is to cut the response short
@@ -587,12 +590,11 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
         got = asio::buffer_copy(asio::buffer(piece), t.up.buf.data());
         t.up.buf.consume(got);
       } else {
-        Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
-                          [&upstream] { CancelIo(upstream); });
+        idle.Begin();
         auto [ec, n] = co_await upstream.async_read_some(asio::buffer(piece), kTok);
-        deadline.Disarm();
+        idle.End();
         if (ec || n == 0) {
-          cut(deadline.expired(), ec);
+          cut(idle.expired(), ec);
           break;
         }
         got = n;
@@ -618,13 +620,12 @@ awaitable<void> HttpDriver::RelayStreamedResponse(Turn<Client, Up>& t) {
     piece.resize(kIoBuffer);
     res.body().data = piece.data();
     res.body().size = piece.size();
-    Deadline deadline(co_await asio::this_coro::executor, config_.upstream_idle_ms,
-                      [&upstream] { CancelIo(upstream); });
+    idle.Begin();
     auto [ec, n] = co_await http::async_read_some(upstream, t.up.buf, rp, kTok);
-    deadline.Disarm();
+    idle.End();
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      cut(deadline.expired(), ec);
+      cut(idle.expired(), ec);
       break;
     }
     size_t got = piece.size() - res.body().size;

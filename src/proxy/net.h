@@ -83,6 +83,60 @@ class Deadline {
   std::shared_ptr<State> state_;
 };
 
+// A bound on each read of a stream of reads (a response body): a read Begin()s and End()s; one
+// pending longer than `ms` runs `on_expiry` once (which cancels it), and expired() says so. One
+// timer for the whole stream, re-armed only when it fires: a read costs two clock reads. Time
+// between reads (the client being written to) does not count. ms <= 0: no bound.
+class IdleWatch {
+ public:
+  template <class Executor>
+  IdleWatch(const Executor& ex, int ms, std::function<void()> on_expiry)
+      : state_(std::make_shared<State>(ex)) {
+    if (ms <= 0) return;
+    state_->armed = true;
+    state_->ms = std::chrono::milliseconds(ms);
+    state_->fn = std::move(on_expiry);
+    Arm(state_, std::chrono::steady_clock::now() + state_->ms);
+  }
+  ~IdleWatch() {
+    state_->armed = false;
+    state_->fn = nullptr;
+    state_->timer.cancel();
+  }
+  IdleWatch(const IdleWatch&) = delete;
+  IdleWatch& operator=(const IdleWatch&) = delete;
+
+  void Begin() {
+    state_->reading = true;
+    state_->since = std::chrono::steady_clock::now();
+  }
+  void End() { state_->reading = false; }
+  bool expired() const { return state_->expired; }
+
+ private:
+  struct State {
+    explicit State(const asio::any_io_executor& ex) : timer(ex) {}
+    asio::steady_timer timer;
+    bool armed = false, expired = false, reading = false;
+    std::chrono::milliseconds ms{0};
+    std::chrono::steady_clock::time_point since;
+    std::function<void()> fn;
+  };
+  static void Arm(const std::shared_ptr<State>& s, std::chrono::steady_clock::time_point at) {
+    s->timer.expires_at(at);
+    s->timer.async_wait([s](error_code ec) {
+      if (ec || !s->armed) return;
+      auto now = std::chrono::steady_clock::now();
+      if (!s->reading) return Arm(s, now + s->ms);          // between reads: not silence
+      if (now < s->since + s->ms) return Arm(s, s->since + s->ms);  // this read is younger
+      s->armed = false;
+      s->expired = true;
+      if (s->fn) s->fn();
+    });
+  }
+  std::shared_ptr<State> state_;
+};
+
 // One upstream connection, reused for keep-alive while the target stays the same.
 template <class S>
 struct UpstreamSlot {

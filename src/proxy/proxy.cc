@@ -32,6 +32,7 @@ Status Proxy::Impl::Init() {
   for (int i = 0; i < n; ++i) {
     loops_.push_back(std::make_unique<Loop>());
     loops_.back()->work.emplace(loops_.back()->io.get_executor());
+    RETURN_IF_ERROR(upstreams_.AddLoop(loops_.back()->io));
   }
   for (int i = 0; i < n; ++i) {
     threads_.emplace_back([this, i] {

@@ -100,6 +100,9 @@ struct ProxyConfig {
   // When true, a host missing from `resolve` is refused (502) instead of looked up in DNS: tests
   // set it so nothing can ever leave loopback.
   bool resolve_only = false;
+  // Tests: the DNS servers to ask ("ip:port,ip:port") instead of the host's resolv.conf (names are
+  // resolved asynchronously, cached for their TTL: resolver.h). Never set by default.
+  std::string dns_servers;
   std::string upstream_ca_file;  // PEM bundle to verify upstreams; empty: the system trust store
   std::shared_ptr<TraceSink> trace;  // may be null
   std::function<void(const CompromiseEvent&)> on_compromise;

@@ -27,6 +27,11 @@ Status UpstreamConnector::Init() {
   return OkStatus();
 }
 
+Status UpstreamConnector::AddLoop(asio::io_context& io) {
+  ASSIGN_OR_RETURN(resolvers_[&io], Resolver::Create(io, config_.dns_servers));
+  return OkStatus();
+}
+
 awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a, TraceRecord* rec) {
   TraceRecord scratch;
   if (!rec) rec = &scratch;
@@ -49,12 +54,13 @@ awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a, T
     if (config_.resolve_only) {
       co_return Error(ErrorCode::kUnavailable, key + " is not in the resolve overrides");
     }
-    asio::ip::tcp::resolver resolver(ex);
-    auto [rec_ec, results] = co_await resolver.async_resolve(a.host, std::to_string(a.port), kTok);
+    auto found = resolvers_.find(&asio::query(ex, asio::execution::context));
+    if (found == resolvers_.end()) co_return Error(ErrorCode::kInternal, "no resolver on this loop");
+    auto results = co_await found->second->Resolve(a.host);
     rec->phases.dns_ms = MsSince(dns_start);
-    if (rec_ec) {
+    if (!results.ok()) {
       rec->abort = kAbortUpstreamRefused;
-      co_return Error(ErrorCode::kUnavailable, "resolve " + a.host + ": " + rec_ec.message());
+      co_return results.error();
     }
     // SECURITY: a guest-chosen name must not lead to the host's own services or link-local
     // metadata endpoints.
@@ -62,10 +68,9 @@ awaitable<Result<TcpSocket>> UpstreamConnector::ConnectTcp(const Authority& a, T
     // comes and goes); SECURITY: fail closed when they cannot be read.
     auto local = LocalInterfaceAddresses();
     if (!local.ok()) co_return local.error();
-    for (const auto& entry : results) {
-      if (!UpstreamRefusal(entry.endpoint().address(), config_.egress_policy, a.host, a.port,
-                           *local)) {
-        endpoints.push_back(entry.endpoint());
+    for (const asio::ip::address& addr : *results) {
+      if (!UpstreamRefusal(addr, config_.egress_policy, a.host, a.port, *local)) {
+        endpoints.emplace_back(addr, a.port);
       }
     }
     if (endpoints.empty()) {

@@ -5,12 +5,14 @@
 // between calls but the trust store, which OpenSSL shares across threads).
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include "base/result.h"
 #include "proxy/http_head.h"
 #include "proxy/net.h"
 #include "proxy/proxy.h"
+#include "proxy/resolver.h"
 #include "proxy/trace.h"
 
 namespace cloister::proxy {
@@ -23,6 +25,8 @@ class UpstreamConnector {
   // Loads the trust store (config.upstream_ca_file, else the system's) and sets TLS 1.2+, ALPN
   // http/1.1.
   Status Init();
+  // Gives the event loop `io` its resolver (resolver.h); before the loops run.
+  Status AddLoop(asio::io_context& io);
 
   // A TCP connection to `a` (no_delay), through the resolve overrides or DNS, within
   // config.upstream_connect_ms. `rec` (may be null) gets the phases reached (dns, connect) and,
@@ -39,6 +43,8 @@ class UpstreamConnector {
  private:
   const ProxyConfig& config_;
   ssl::context ctx_;
+  // One per event loop, filled before the loops run (read-only after).
+  std::map<const asio::execution_context*, std::unique_ptr<Resolver>> resolvers_;
 };
 
 }  // namespace cloister::proxy

@@ -60,7 +60,9 @@ Result<TraceChunk> ReadTraceFrom(const std::string& path, uint64_t offset) {
   return chunk;
 }
 
-bool IsRefusal(const proxy::TraceRecord& r) { return r.blocked || !r.error.empty(); }
+bool IsRefusal(const proxy::TraceRecord& r) {
+  return r.blocked || (!r.error.empty() && r.abort.empty());
+}
 
 bool TrafficFilter::Matches(const proxy::TraceRecord& r) const {
   if (!host.empty() && r.host.find(host) == std::string::npos) return false;
@@ -69,6 +71,7 @@ bool TrafficFilter::Matches(const proxy::TraceRecord& r) const {
   if (status_class && r.status / 100 != status_class) return false;
   if (only == "leaks" && r.leaks.empty()) return false;
   if (only == "refused" && !IsRefusal(r)) return false;
+  if (only == "aborted" && r.abort.empty()) return false;
   if (only == "swaps" && r.swaps.empty()) return false;
   return true;
 }
@@ -77,7 +80,8 @@ Result<TrafficFilter> ParseTrafficFilter(const std::map<std::string, std::string
   TrafficFilter f;
   auto bad = [](const std::string& what) {
     return Error(ErrorCode::kInvalidArgument, what,
-                 "filters: host=TEXT method=GET status=2xx|404 only=leaks|refused|swaps limit=N");
+                 "filters: host=TEXT method=GET status=2xx|404 only=leaks|refused|aborted|swaps "
+                 "limit=N");
   };
   for (const auto& [k, v] : query) {
     if (k == "host") {
@@ -100,8 +104,8 @@ Result<TrafficFilter> ParseTrafficFilter(const std::map<std::string, std::string
       }
       f.status = code;
     } else if (k == "only") {
-      if (!v.empty() && v != "leaks" && v != "refused" && v != "swaps") {
-        return bad("only must be leaks, refused or swaps");
+      if (!v.empty() && v != "leaks" && v != "refused" && v != "aborted" && v != "swaps") {
+        return bad("only must be leaks, refused, aborted or swaps");
       }
       f.only = v;
     } else if (k == "limit") {
@@ -123,6 +127,7 @@ Result<TrafficFilter> ParseTrafficFilter(const std::map<std::string, std::string
 nlohmann::json RecordJson(const proxy::TraceRecord& r) {
   nlohmann::json j = r.ToJson();
   j["refused"] = IsRefusal(r);
+  j["aborted"] = !r.abort.empty();
   return j;
 }
 

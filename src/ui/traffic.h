@@ -37,7 +37,8 @@ Result<TraceChunk> ReadTraceFrom(const std::string& path, uint64_t offset);
 TraceChunk ParseTraceLines(std::string_view text, uint64_t base_offset);
 
 // The traffic view's filter, from its query string: host (substring), method (exact), status
-// ("2xx".."5xx" or a code), only ("leaks", "refused", "swaps"), limit (1..1000, default 200).
+// ("2xx".."5xx" or a code), only ("leaks", "refused", "aborted", "swaps"), limit (1..1000,
+// default 200).
 struct TrafficFilter {
   std::string host;
   std::string method;
@@ -52,7 +53,8 @@ Result<TrafficFilter> ParseTrafficFilter(const std::map<std::string, std::string
 // A refusal is a request the proxy answered itself (error set) or blocked.
 bool IsRefusal(const proxy::TraceRecord& r);
 
-// The page's view of one record: ToJson() plus "refused".
+// The page's view of one record: ToJson() plus "refused" and "aborted" (ended without a whole
+// response: its "abort" says why).
 nlohmann::json RecordJson(const proxy::TraceRecord& r);
 
 // One row of the leaks view per leak flag: the credential whose placeholder was seen, the host it

@@ -37,6 +37,18 @@ TEST(TrafficFilterTest, Filters) {
   EXPECT_FALSE(refused->Matches(r));
   r.error = "egress policy: x is not allowed";
   EXPECT_TRUE(refused->Matches(r));
+  // An aborted request is its own kind, not a refusal of the proxy's.
+  auto aborted = ParseTrafficFilter({{"only", "aborted"}});
+  ASSERT_TRUE(aborted.ok());
+  proxy::TraceRecord a = Rec("x", 0);
+  a.abort = proxy::kAbortUpstreamTimeout;
+  a.error = "upstream sent no response within 660000 ms";
+  EXPECT_TRUE(aborted->Matches(a));
+  EXPECT_FALSE(refused->Matches(a));
+  EXPECT_FALSE(aborted->Matches(r));
+  EXPECT_EQ(RecordJson(a)["aborted"], true);
+  EXPECT_EQ(RecordJson(a)["refused"], false);
+  EXPECT_EQ(RecordJson(r)["aborted"], false);
   for (std::map<std::string, std::string> bad :
        {std::map<std::string, std::string>{{"status", "6xx"}}, {{"limit", "0"}}, {{"limit", "5000"}},
         {{"only", "everything"}}, {{"method", "get<script>"}}, {{"nope", "1"}}}) {

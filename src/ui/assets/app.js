@@ -165,9 +165,10 @@ function trafficRow(r) {
   const notes = [];
   if (r.swaps.length) notes.push('swapped ' + r.swaps.join(','));
   for (const l of r.leaks) notes.push('LEAK ' + l.credential + ' in ' + l.where + ' (' + l.action + ')');
-  if (r.error) notes.push('refused: ' + r.error);
+  if (r.abort) notes.push('aborted (' + r.abort + ')' + (r.error ? ': ' + r.error : ''));
+  else if (r.error) notes.push('refused: ' + r.error);
   else if (r.blocked) notes.push('refused');
-  return el('tr', {class: r.refused ? 'refused' : '', 'data-host': r.host},
+  return el('tr', {class: r.aborted ? 'aborted' : r.refused ? 'refused' : '', 'data-host': r.host},
     el('td', {}, time(r.time)), el('td', {}, r.method), el('td', {class: 'c-host'}, r.host),
     el('td', {class: 'c-path'}, r.path), el('td', {class: 'c-status'}, r.status),
     el('td', {}, size(r.bytes_up) + ' / ' + size(r.bytes_down)),
@@ -180,6 +181,7 @@ function matches(f, r) {
   if (f.status && String(Math.floor(r.status / 100)) + 'xx' !== f.status) return false;
   if (f.only === 'leaks' && !r.leaks.length) return false;
   if (f.only === 'refused' && !r.refused) return false;
+  if (f.only === 'aborted' && !r.aborted) return false;
   if (f.only === 'swaps' && !r.swaps.length) return false;
   return true;
 }
@@ -202,14 +204,14 @@ async function viewTraffic(name, f) {
   };
   const method = select('f-method', ['', 'GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'CONNECT'], f.method);
   const status = select('f-status', ['', '2xx', '3xx', '4xx', '5xx'], f.status);
-  const only = select('f-only', ['', 'leaks', 'refused', 'swaps'], f.only);
+  const only = select('f-only', ['', 'leaks', 'refused', 'aborted', 'swaps'], f.only);
   const count = el('span', {id: 'traffic-count'}, plural(data.records.length, 'request'));
   show(el('h2', {}, 'Traffic of ', el('a', {href: '#/ws/' + encodeURIComponent(name)}, name),
           el('span', {class: 'live', id: 'live'}, ' live')),
        el('form', {class: 'filters', id: 'filters'}, 'Host ', host, ' Method ', method, ' Status ', status,
           ' Only ', only, ' ', count),
        el('table', {id: 'traffic'},
-          el('thead', {}, el('tr', {}, ...['Time', 'Method', 'Host', 'Path', 'Status', 'Up / down', 'Swaps, leaks, refusals'].map(h => el('th', {}, h)))),
+          el('thead', {}, el('tr', {}, ...['Time', 'Method', 'Host', 'Path', 'Status', 'Up / down', 'Swaps, leaks, refusals, aborts'].map(h => el('th', {}, h)))),
           body));
   document.getElementById('filters').addEventListener('submit', e => { e.preventDefault(); refilter(); });
   if (live) live.close();
