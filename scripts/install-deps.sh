@@ -11,7 +11,7 @@ build_pkgs=(build-essential cmake ninja-build mold pkg-config git
 run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zstd libc-ares2
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
-  mitmproxy python3 python3-botocore python3-jsonschema sqlite3 iproute2 tmux hyperfine wrk xfsprogs
+  mitmproxy python3 python3-pip-whl python3-botocore python3-jsonschema sqlite3 iproute2 tmux hyperfine wrk xfsprogs
   nftables rsync chromium)  # chromium: the dashboard's browser test (headless, over CDP; src/ui/testdata/cdp.py)
 
 pkgs=("${build_pkgs[@]}")

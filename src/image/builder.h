@@ -26,13 +26,14 @@ inline constexpr char kBuilderImageName[] = "builder";
 // The default image (`create` without --image): catalog::kDefaultImageName.
 inline constexpr const char* kFullImageName = catalog::kDefaultImageName;
 // Bumped whenever a recipe changes what it puts in an image.
-inline constexpr char kTestRecipeVersion[] = "8";  // 2: curl; 3: openssh-client, git, gh;
+inline constexpr char kTestRecipeVersion[] = "9";  // 2: curl; 3: openssh-client, git, gh;
 // 4: nodejs + npm, nftables and NAT modules, 448 MiB disk; 5: procps (codex runs `ps -o lstart=`);
 // 6: virtio_balloon (free page reporting), the boot hook's "started" line, openssh-server and
 // rsync (IDE access, guest/sshd.h), the sshd privilege separation user; 7: the boot hook and rcS
 // check their mounts with the shell and grep (busybox has no mountpoint applet); 8: the boot hook
 // makes its mount point only when it is not there, and starts the egress's modprobe in the
-// background unless nf_tables is loaded (here the initramfs loaded it: no process)
+// background unless nf_tables is loaded (here the initramfs loaded it: no process); 9: apt, dpkg
+// and python3-pip (the package managers' VM test), 576 MiB disk
 inline constexpr char kFullRecipeVersion[] = "7";  // 2: nftables; 3: units masked
 // (MaskedUnits), the boot hook's "started" line, openssh-server (its service masked, no host keys:
 // sshd runs per channel stream), rsync, dev not locked for sshd; 4: unused hardware modules

@@ -26,9 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Room for the rootfs (about 300 MiB with Node) and small test files. Tests that install an agent
+// Room for the rootfs (about 370 MiB with Node, Python and apt) and small test files. Tests that install an agent
 // CLI (hundreds of MiB) grow a copy (image::testing::SharedTestImageWithDisk).
-constexpr uint64_t kTestDiskSize = 448ull << 20;
+constexpr uint64_t kTestDiskSize = 576ull << 20;
 
 // Everything in the test rootfs: busybox, tmux and the libraries tmux needs, C.UTF-8 (tmux wants
 // a UTF-8 locale), terminfo; and Debian's real curl with its library closure (apt-cache depends
@@ -64,7 +64,18 @@ const std::vector<std::string>& TestPackages() {
       // OpenSSH's server for IDE access (guest/sshd.h: `sshd -i` per channel stream; no service,
       // no host keys in the image) and rsync for `rsync -e ssh` through it
       "openssh-server", "libcrypt1", "libwrap0", "libaudit1", "libpam0g", "libcap-ng0", "libnsl2",
-      "libtirpc3", "rsync", "libacl1", "libpopt0", "libxxhash0"};
+      "libtirpc3", "rsync", "libacl1", "libpopt0", "libxxhash0",
+      // apt and dpkg (apt-get update and install from a local repository through the proxy) and
+      // Debian's python3-pip (pip download from a local index): the package managers of the
+      // real-clients VM test (supervisor/clients_vm_test.cc). Their closure beyond the above
+      // (apt-get -s --no-install-recommends against an empty status, Debian 12), less what only
+      // maintainer scripts use (adduser, passwd, PAM modules, debconf).
+      "apt", "libapt-pkg6.0", "libseccomp2", "gpgv", "libbz2-1.0", "dpkg", "tar",
+      "libpython3.11-minimal", "python3.11-minimal", "python3-minimal", "media-types",
+      "libtirpc-common", "readline-common", "libreadline8", "libsqlite3-0", "libuuid1",
+      "libpython3.11-stdlib", "python3.11", "libpython3-stdlib", "python3", "ca-certificates",
+      "python3-lib2to3", "python3-distutils", "python3-pkg-resources", "python3-setuptools",
+      "python3-wheel", "python3-pip"};
   return k;
 }
 
@@ -95,6 +106,22 @@ std::vector<catalog::PostInstallStep> TestPostInstall() {
                    "chmod 0755 \"$1/usr/local/lib/node_modules/npm/bin/npm-cli.js\" "
                    "\"$1/usr/local/lib/node_modules/npm/bin/npx-cli.js\"\n"});
   for (auto& s : BusyboxRootSteps()) steps.push_back(std::move(s));
+  // apt and dpkg's state, as their maintainer scripts (not run here) would leave it: an empty
+  // package database (the extracted packages are not in it, so a package with dependencies would
+  // want them again: the tests install one without), apt's download directories owned by its
+  // sandbox user, and python's stdlib importable as python3.
+  steps.push_back({"package-managers",
+                   "mkdir -p \"$1/var/lib/dpkg/info\" \"$1/var/lib/dpkg/updates\" "
+                   "\"$1/var/lib/dpkg/triggers\" \"$1/var/lib/apt/lists/partial\" "
+                   "\"$1/var/cache/apt/archives/partial\" \"$1/var/log/apt\" "
+                   "\"$1/etc/apt/sources.list.d\" \"$1/etc/apt/apt.conf.d\"\n"
+                   ": > \"$1/var/lib/dpkg/status\"\n"
+                   ": > \"$1/var/lib/dpkg/available\"\n"
+                   "echo '_apt:x:42:65534::/nonexistent:/bin/false' >> \"$1/etc/passwd\"\n"
+                   "for d in lib/apt/lists cache/apt/archives; do\n"
+                   "  chown 42:0 \"$1/var/$d/partial\"\n"
+                   "  chmod 0700 \"$1/var/$d/partial\"\n"
+                   "done\n"});
   steps.push_back(BootHookStep());
   return steps;
 }
