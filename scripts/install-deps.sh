@@ -12,7 +12,7 @@ run_pkgs=(qemu-system-x86 qemu-utils e2fsprogs mmdebstrap busybox-static cpio zs
   xz-utils kmod fakeroot dosfstools mtools ca-certificates curl openssh-client)
 test_pkgs=(clang libclang-rt-14-dev socat openssh-client openssh-server gh awscli
   mitmproxy python3 python3-pip-whl python3-botocore python3-jsonschema sqlite3 iproute2 tmux hyperfine wrk xfsprogs
-  nftables rsync chromium)  # chromium: the dashboard's browser test (headless, over CDP; src/ui/testdata/cdp.py)
+  nftables rsync chromium docker-registry skopeo)  # docker-registry and skopeo: the `image build --from docker://` test's local registry and its push; chromium: the dashboard's browser test (headless, over CDP; src/ui/testdata/cdp.py)
 
 pkgs=("${build_pkgs[@]}")
 case "$level" in

@@ -1,5 +1,7 @@
 #include "catalog/catalog.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <set>
@@ -75,12 +77,40 @@ void PutFieldU64(std::string& out, std::string_view tag, uint64_t v) {
   PutU64(out, v);
 }
 
+// The optional "provenance" object of an image: {KEY: VALUE} (entry.h's bounds).
+Status ParseProvenance(const json& j, const std::string& where, ImageEntry& e) {
+  if (!j.is_object() || j.size() > kMaxProvenance) {
+    return Malformed(where + ".provenance must be an object of at most " +
+                     std::to_string(kMaxProvenance) + " strings");
+  }
+  for (const auto& [k, v] : j.items()) {
+    bool key_ok = !k.empty() && k.size() <= 32;
+    for (char c : k) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.')) key_ok = false;
+    }
+    if (!key_ok) return Malformed(where + ".provenance: invalid key");
+    if (!v.is_string() || !IsPrintable(v.get<std::string>(), 512)) {
+      return Malformed(where + ".provenance." + k + " is not a printable string of at most 512 bytes");
+    }
+    e.provenance.emplace_back(k, v.get<std::string>());  // json objects iterate sorted
+  }
+  return OkStatus();
+}
+
 Result<ImageEntry> ParseImage(const json& j, size_t index) {
   std::string where = "images[" + std::to_string(index) + "]";
+  ImageEntry e;
+  if (j.is_object() && j.contains("provenance")) {
+    RETURN_IF_ERROR(ParseProvenance(j.at("provenance"), where, e));
+    json rest = j;
+    rest.erase("provenance");
+    ASSIGN_OR_RETURN(ImageEntry parsed, ParseImage(rest, index));
+    parsed.provenance = std::move(e.provenance);
+    return parsed;
+  }
   RETURN_IF_ERROR(ExactKeys(j, {"name", "version", "arch", "kernel_cmdline", "artifacts",
                                 "post_install"},
                             where));
-  ImageEntry e;
   ASSIGN_OR_RETURN(e.name, GetString(j, "name", where));
   ASSIGN_OR_RETURN(e.version, GetString(j, "version", where));
   ASSIGN_OR_RETURN(e.arch, GetString(j, "arch", where));
@@ -257,12 +287,18 @@ std::string SerializeCatalog(const Catalog& c) {
     }
     json steps = json::array();
     for (const auto& s : e.post_install) steps.push_back({{"name", s.name}, {"command", s.command}});
-    images.push_back({{"name", e.name},
-                      {"version", e.version},
-                      {"arch", e.arch},
-                      {"kernel_cmdline", e.kernel_cmdline},
-                      {"artifacts", arts},
-                      {"post_install", steps}});
+    json image = {{"name", e.name},
+                  {"version", e.version},
+                  {"arch", e.arch},
+                  {"kernel_cmdline", e.kernel_cmdline},
+                  {"artifacts", arts},
+                  {"post_install", steps}};
+    if (!e.provenance.empty()) {
+      json prov = json::object();
+      for (const auto& [k, v] : e.provenance) prov[k] = v;
+      image["provenance"] = prov;
+    }
+    images.push_back(image);
   }
   json doc = {{"format", kCatalogFormat},
               {"channel", c.channel},
@@ -296,6 +332,17 @@ std::string CanonicalBytes(const Catalog& c) {
     for (const auto& s : e.post_install) {
       PutField(out, "step.name", s.name);
       PutField(out, "step.command", s.command);
+    }
+    // Only when there is one: a catalog signed before the field existed keeps its bytes. The
+    // tag differs from "image.name" and "end", which are what follows an image otherwise.
+    if (!e.provenance.empty()) {
+      auto sorted = e.provenance;  // the order the JSON object gives back when parsed
+      std::sort(sorted.begin(), sorted.end());
+      PutFieldU64(out, "image.provenance", sorted.size());
+      for (const auto& [k, v] : sorted) {
+        PutField(out, "provenance.key", k);
+        PutField(out, "provenance.value", v);
+      }
     }
   }
   PutBytes(out, "end");

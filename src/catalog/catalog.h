@@ -31,6 +31,7 @@ inline constexpr size_t kMaxCatalogBytes = 4 << 20;
 inline constexpr size_t kMaxImages = 256;
 inline constexpr size_t kMaxSteps = 128;
 inline constexpr size_t kMaxCommandBytes = 64 << 10;
+inline constexpr size_t kMaxProvenance = 64;
 
 struct Catalog {
   std::string channel;       // [a-z0-9][a-z0-9._-]{0,63}

@@ -136,3 +136,44 @@ TEST(CatalogTest, SignatureFileFormat) {
 
 }  // namespace
 }  // namespace cloister::catalog
+
+namespace cloister::catalog {
+namespace {
+
+TEST(CatalogProvenanceTest, RoundTripsIsSignedAndLeavesOldBytesAlone) {
+  Catalog c = testdata::Make("local", 3);
+  const std::string before = CanonicalBytes(c);
+  c.images[0].provenance = {{"agent", "cloister-agent 1"},
+                            {"manifest", "sha256:" + std::string(64, 'e')},
+                            {"source", "docker://alpine:3.19"}};
+  auto parsed = ParseCatalog(SerializeCatalog(c));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  EXPECT_EQ(*parsed, c);
+  // The provenance is signed: changing it changes the signed bytes.
+  Catalog d = c;
+  d.images[0].provenance[2].second = "docker://alpine:3.20";
+  EXPECT_NE(CanonicalBytes(c), CanonicalBytes(d));
+  // An entry without one encodes as before the field existed (old signatures still verify).
+  c.images[0].provenance.clear();
+  EXPECT_EQ(CanonicalBytes(c), before);
+  EXPECT_EQ(SerializeCatalog(c).find("provenance"), std::string::npos);
+}
+
+TEST(CatalogProvenanceTest, MalformedProvenanceIsRejected) {
+  Catalog c = testdata::Make("local", 3);
+  std::string doc = SerializeCatalog(c);
+  for (const std::string& prov :
+       {std::string("\"provenance\": [1],"), std::string("\"provenance\": {\"Bad Key\": \"x\"},"),
+        std::string("\"provenance\": {\"source\": 3},"),
+        "\"provenance\": {\"source\": \"" + std::string(600, 'x') + "\"},",
+        std::string("\"provenance\": {\"source\": \"a\\u0001b\"},")}) {
+    std::string bad = doc;
+    bad.insert(bad.find("\"name\": \"test\""), prov);
+    auto r = ParseCatalog(bad);
+    ASSERT_FALSE(r.ok()) << prov;
+    EXPECT_EQ(RejectionOf(r.error()), Rejection::kMalformed) << prov;
+  }
+}
+
+}  // namespace
+}  // namespace cloister::catalog

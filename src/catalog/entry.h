@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cloister::catalog {
@@ -40,6 +41,12 @@ struct ImageEntry {
   std::string kernel_cmdline;  // minimum command line; always includes root=/dev/vda rw console=ttyS0
   std::vector<Artifact> artifacts;
   std::vector<PostInstallStep> post_install;
+  // Where the image came from (images built from OCI sources, image/oci/build_plan.h): sorted
+  // (key, value) pairs such as ("source", "docker://alpine:3.19"), ("manifest", "sha256:..."),
+  // ("kernel", ...), ("agent", ...). Keys [a-z0-9_.]{1,32}, values printable ASCII of at most 512
+  // bytes, at most 64 pairs. Empty for the recipes' images (and then absent from the catalog's
+  // JSON and its signed bytes, which stay what they were before the field existed).
+  std::vector<std::pair<std::string, std::string>> provenance;
 
   const Artifact* FindArtifact(const std::string& role) const {
     for (const auto& a : artifacts) {

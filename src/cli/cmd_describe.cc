@@ -1,4 +1,5 @@
 #include "base/terminal_text.h"
+#include "catalog/store.h"
 #include "cli/commands.h"
 #include "cli/port_watch.h"
 #include "cli/store_verbs.h"
@@ -8,6 +9,26 @@
 #include "supervisor/workspace.h"
 
 namespace cloister::cli {
+
+namespace {
+
+// Where the workspace's image came from (an image built from an OCI source): its catalog
+// entry's provenance, when that entry's disk is the one the workspace records.
+std::vector<std::pair<std::string, std::string>> ImageProvenance(Cli& cli, const WorkspaceConfig& c) {
+  catalog::CatalogStore catalogs(cli.StoreRoot());
+  auto list = catalogs.ListImages();
+  if (!list.ok() || c.image.channel.empty()) return {};
+  for (const auto& l : *list) {
+    const catalog::Artifact* disk = l.entry.FindArtifact(catalog::kRoleDisk);
+    if (l.entry.name == c.image.name && l.channel == c.image.channel && disk &&
+        disk->sha256 == c.image.sha256) {
+      return l.entry.provenance;
+    }
+  }
+  return {};
+}
+
+}  // namespace
 
 void AddDescribeCommand(CLI::App& app, Cli& cli) {
   auto* cmd = app.add_subcommand("describe", "Show a workspace: config, disks and their sizes "
@@ -34,9 +55,13 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
     nlohmann::json forwards = lifecycle::IsLive(vs.state)
                                   ? LiveForwards(vm::RunPathsFor(**store, *name).supervisor_socket)
                                   : nlohmann::json::array();
+    const auto provenance = ImageProvenance(cli, c);
     if (*json) {
       nlohmann::json j;
       j["config"] = ConfigToJson(c);
+      nlohmann::json prov = nlohmann::json::object();
+      for (const auto& [k, v] : provenance) prov[k] = v;
+      j["image_provenance"] = prov;
       j["state"] = vm::VmStateName(vs.state);
       if (!vs.detail.empty()) j["state_detail"] = vs.detail;
       if (!vs.hint.empty()) j["hint"] = vs.hint;
@@ -84,8 +109,14 @@ void AddDescribeCommand(CLI::App& app, Cli& cli) {
         << (c.image.channel.empty() ? " (raw image file)" : " (channel " + c.image.channel + ")")
         << "\n"
         << "  sha256:    " << c.image.sha256 << "\n"
-        << "  disk:      " << c.image.path << "\n"
-        << "Memory:      " << c.memory_mib << " MiB\n"
+        << "  disk:      " << c.image.path << "\n";
+    for (const auto& [k, v] : provenance) {
+      if (k == "source" || k == "manifest" || k == "devcontainer" || k == "has") {
+        out << "  " << k << ":" << std::string(k.size() < 10 ? 10 - k.size() : 1, ' ')
+            << TerminalSafe(v) << "\n";
+      }
+    }
+    out << "Memory:      " << c.memory_mib << " MiB\n"
         << "CPUs:        " << c.cpus << "\n"
         << "MAC:         " << c.mac << "\n";
     if (auto b = vs.info.find("browser"); b != vs.info.end() && b->is_object() &&

@@ -17,7 +17,10 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "cli/image_from_plan.h"
 #include "image/builder.h"
+#include "image/oci/build_plan.h"
+#include "base/terminal_text.h"
 
 namespace cloister::cli {
 namespace {
@@ -31,8 +34,82 @@ nlohmann::json EntryJson(const catalog::ImageEntry& e) {
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : e.post_install) steps.push_back(s.name);
+  nlohmann::json prov = nlohmann::json::object();
+  for (const auto& [k, v] : e.provenance) prov[k] = v;
   return {{"name", e.name},         {"version", e.version},     {"arch", e.arch},
-          {"kernel_cmdline", e.kernel_cmdline}, {"artifacts", arts}, {"post_install", steps}};
+          {"kernel_cmdline", e.kernel_cmdline}, {"artifacts", arts}, {"post_install", steps},
+          {"provenance", prov}};
+}
+
+// The provenance value of `key` ("" when none).
+std::string ProvenanceOf(const catalog::ImageEntry& e, const std::string& key) {
+  for (const auto& [k, v] : e.provenance) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+// `image build --from REF`: the OCI pipeline (cli/image_from_plan.h).
+struct FromOpts {
+  std::string from;
+  std::string name;
+  std::string disk_size;
+  bool verbose = false;
+  std::string accel = "auto";
+  std::vector<std::string> run;  // --run CMD: a step each
+};
+
+void RunFromBuild(Cli& cli, const FromOpts& f) {
+  char cwd[4096];
+  std::string here = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  auto source = image::oci::ParseSourceRef(f.from, here);
+  if (!source.ok()) {
+    cli.Fail(source.error());
+    return;
+  }
+  image::oci::BuildPlan plan;
+  plan.source = *source;
+  plan.name = f.name.empty() ? DefaultImageName(*source) : f.name;
+  plan.show_step_output = f.verbose;
+  for (size_t i = 0; i < f.run.size(); ++i) {
+    image::oci::Step step;
+    step.name = "run " + std::to_string(i + 1);
+    step.command = f.run[i];
+    plan.steps.push_back(std::move(step));
+  }
+  if (!f.disk_size.empty()) {
+    auto size = ParseSize(f.disk_size);
+    if (!size.ok()) {
+      cli.Fail(size.error());
+      return;
+    }
+    plan.disk_size_bytes = *size;
+  }
+  auto accel = vm::ParseAccelMode(f.accel);
+  if (!accel.ok()) {
+    cli.Fail(accel.error());
+    return;
+  }
+  PlanBuildOptions po;
+  po.store_root = cli.StoreRoot();
+  po.verbose = f.verbose;
+  po.accel = *accel;
+  po.progress = [&cli](const std::string& line) { cli.err() << line << std::endl; };
+  auto start = std::chrono::steady_clock::now();
+  auto entry = BuildImageFromPlan(cli, plan, po);
+  if (!entry.ok()) {
+    cli.Fail(entry.error());
+    return;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char t[32];
+  std::snprintf(t, sizeof t, "%.1f s", secs);
+  const catalog::Artifact* disk = entry->FindArtifact(catalog::kRoleDisk);
+  cli.out() << "built " << entry->name << " from " << TerminalSafe(plan.source.ref) << " ("
+            << ProvenanceOf(*entry, "manifest") << ") in " << t << "\n"
+            << "  disk sha256:" << disk->sha256 << " (" << FormatSize(disk->size) << ")\n"
+            << "  signed into the local catalog; use it with `cloister create NAME --image "
+            << entry->name << "`\n";
 }
 
 // `image rm` / `image build` refused: the image's disk is the base (reflink source or qcow2
@@ -48,9 +125,11 @@ Error ImageInUse(const std::string& name, const std::vector<std::string>& users,
                "clones the same image again at the next start)");
 }
 
-Result<catalog::ImageEntry> RunBuild(bool test, bool browser, const image::BuildOptions& b) {
+Result<catalog::ImageEntry> RunBuild(bool test, bool browser, bool builder,
+                                     const image::BuildOptions& b) {
   if (test) return image::BuildTestImage(b);
   if (browser) return image::BuildBrowserImage(b);
+  if (builder) return image::BuildBuilderImage(b);
   return image::BuildFullImage(b);
 }
 
@@ -77,6 +156,8 @@ void AddBuild(CLI::App& image, Cli& cli) {
   struct Opts {
     bool test = false;
     bool browser = false;
+    bool builder = false;
+    FromOpts from;
     std::string out;
     std::string channel = "published";
   };
@@ -91,16 +172,50 @@ void AddBuild(CLI::App& image, Cli& cli) {
                 "Build the browser image (Debian 12's chromium on a busybox base, for "
                 "`cloister browser`) instead of debian-12")
       ->excludes(test_flag);
+  cmd->add_flag("--builder", o->builder,
+                "Build the builder VM's image (Debian 12's skopeo, umoci and buildah on a busybox "
+                "base, in which `--from` builds run; built on first use otherwise)")
+      ->excludes(test_flag);
+  cmd->add_option("--from", o->from.from,
+                  "Build an image whose userland is an OCI image, inside a throwaway builder VM: "
+                  "docker://NAME[:TAG|@DIGEST] (pulled through a cloister proxy), "
+                  "oci-archive:PATH, docker-archive:PATH or oci:DIR[:REF]; cloister's kernel, "
+                  "init, boot hook and agent are added")
+      ->excludes(test_flag);
+  cmd->add_option("--name", o->from.name,
+                  "With --from: the image's name in the catalog (default: the repository's or "
+                  "file's base name)");
+  cmd->add_option("--disk-size", o->from.disk_size,
+                  "With --from: the image's disk size (e.g. 2G; default 8G, sparse)");
+  cmd->add_option("--run", o->from.run,
+                  "With --from: a shell command run as root in the image's rootfs inside the "
+                  "builder VM, after the source is unpacked (like a Dockerfile's RUN; repeat it "
+                  "for several, in order); its egress goes through the builder's proxy");
+  cmd->add_flag("--verbose", o->from.verbose,
+                "With --from: every line of the tools' and the --run commands' output");
+  cmd->add_option("--accel", o->from.accel, "With --from: the builder VM's accelerator: auto, kvm or tcg")
+      ->capture_default_str();
   cmd->add_option("--out", o->out,
                   "Publish to DIR instead of the store: DIR/<name>/ artifacts plus a catalog "
                   "signed by this host's key for --channel, for `image import` elsewhere");
   cmd->add_option("--channel", o->channel, "Channel of the catalog written with --out")
       ->capture_default_str();
   cmd->callback([&cli, o] {
+    if (!o->from.from.empty()) {
+      if (o->browser || o->builder || !o->out.empty()) {
+        cli.Fail(Error(ErrorCode::kInvalidArgument,
+                       "--from builds into the local catalog only",
+                       "drop --browser, --builder and --out"));
+        return;
+      }
+      RunFromBuild(cli, o->from);
+      return;
+    }
     std::string store_root = cli.StoreRoot();
     CatalogStore store(store_root);
     std::string name = o->test      ? image::kTestImageName
                        : o->browser ? image::kBrowserImageName
+                       : o->builder ? image::kBuilderImageName
                                     : image::kFullImageName;
     image::BuildOptions b;
     b.cache_dir = store_root + "/" + catalog::names::kDebCacheDir;
@@ -119,7 +234,7 @@ void AddBuild(CLI::App& image, Cli& cli) {
       b.work_dir = images + "/" + catalog::names::kWorkPrefix + name;
     }
     auto start = std::chrono::steady_clock::now();
-    auto entry = RunBuild(o->test, o->browser, b);
+    auto entry = RunBuild(o->test, o->browser, o->builder, b);
     if (!entry.ok()) {
       cli.Fail(entry.error());
       return;
@@ -210,18 +325,67 @@ void AddLs(CLI::App& image, Cli& cli) {
       return;
     }
     char line[512];
-    std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %s\n", "NAME", "CHANNEL", "VERSION",
-                  "DISK", "SHA256");
+    std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %-16s %s\n", "NAME", "CHANNEL",
+                  "VERSION", "DISK", "SHA256", "SOURCE");
     cli.out() << line;
     for (const auto& l : *list) {
       const catalog::Artifact* disk = l.entry.FindArtifact(catalog::kRoleDisk);
-      std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %s%s\n", l.entry.name.c_str(),
+      std::string source = ProvenanceOf(l.entry, "source");
+      std::snprintf(line, sizeof line, "%-12s %-10s %-44s %-10s %-16s %s%s\n", l.entry.name.c_str(),
                     l.channel.c_str(), l.entry.version.c_str(),
                     FormatSize(disk ? disk->size : 0).c_str(),
                     disk ? disk->sha256.substr(0, 16).c_str() : "-",
+                    source.empty() ? "-" : TerminalSafe(source).c_str(),
                     l.present ? "" : "  (artifacts missing)");
       cli.out() << line;
     }
+  });
+}
+
+void AddDescribe(CLI::App& image, Cli& cli) {
+  struct Opts {
+    std::string name;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = image.add_subcommand(
+      "describe", "Show an image's catalog entry: version, artifacts, where it came from");
+  cmd->add_option("name", o->name, "Image name")->required();
+  cmd->add_flag("--json", o->json, "Print as JSON");
+  cmd->callback([&cli, o] {
+    CatalogStore store(cli.StoreRoot());
+    auto list = store.ListImages();
+    if (!list.ok()) {
+      cli.Fail(list.error());
+      return;
+    }
+    for (const auto& l : *list) {
+      if (l.entry.name != o->name) continue;
+      if (o->json) {
+        nlohmann::json j = EntryJson(l.entry);
+        j["channel"] = l.channel;
+        j["present"] = l.present;
+        cli.PrintJson(j);
+        return;
+      }
+      cli.out() << "name:     " << l.entry.name << "\n"
+                << "channel:  " << l.channel << "\n"
+                << "version:  " << l.entry.version << "\n";
+      for (const auto& a : l.entry.artifacts) {
+        cli.out() << a.role << ":" << std::string(9 - std::min<size_t>(8, a.role.size()), ' ')
+                  << a.file << " " << FormatSize(a.size) << " sha256:" << a.sha256 << "\n";
+      }
+      cli.out() << "steps:    ";
+      for (const auto& s : l.entry.post_install) cli.out() << s.name << " ";
+      cli.out() << "\n";
+      if (!l.entry.provenance.empty()) cli.out() << "provenance:\n";
+      for (const auto& [k, v] : l.entry.provenance) {
+        cli.out() << "  " << k << ": " << TerminalSafe(v) << "\n";
+      }
+      return;
+    }
+    cli.Fail(Error(ErrorCode::kNotFound, "no image \"" + o->name + "\" in the catalogs",
+                   "`cloister image ls` lists them"));
   });
 }
 
@@ -379,6 +543,7 @@ void AddImageCommand(CLI::App& app, Cli& cli) {
   image->require_subcommand(1);
   AddBuild(*image, cli);
   AddLs(*image, cli);
+  AddDescribe(*image, cli);
   AddVerify(*image, cli);
   AddImport(*image, cli);
   AddRm(*image, cli);

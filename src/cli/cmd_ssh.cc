@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "base/file_util.h"
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -31,9 +33,30 @@ namespace {
 
 // Copies stdin to `fd` and `fd` to stdout until the stream ends (half-close both ways: stdin's
 // EOF becomes a shutdown of the stream's write side; the stream's EOF ends the relay).
+//
+// SECURITY: the stream's first bytes are the guest's. A refusal line (protocol's
+// kSshdRefusedPrefix, an image without sshd) is read up to 512 bytes and becomes an error whose
+// text is shown through TerminalSafe by the caller; anything else goes to ssh untouched.
 Status Relay(int fd) {
   bool in_open = true;
   char buf[32 << 10];
+  {
+    const std::string_view prefix = protocol::kSshdRefusedPrefix;
+    std::string head;
+    while (head.size() < 512 && head.find('\n') == std::string::npos &&
+           prefix.substr(0, std::min(head.size(), prefix.size())) ==
+               std::string_view(head).substr(0, std::min(head.size(), prefix.size()))) {
+      ssize_t n = read(fd, buf, std::min(sizeof buf, 512 - head.size()));
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) break;
+      head.append(buf, static_cast<size_t>(n));
+    }
+    if (head.size() >= prefix.size() && StartsWith(head, prefix)) {
+      std::string why = head.substr(prefix.size());
+      return Error(ErrorCode::kFailedPrecondition, why.substr(0, why.find('\n')));
+    }
+    RETURN_IF_ERROR(WriteAll(STDOUT_FILENO, head, "stdout"));
+  }
   while (true) {
     pollfd p[2] = {{fd, POLLIN, 0}, {in_open ? STDIN_FILENO : -1, POLLIN, 0}};
     if (poll(p, 2, -1) < 0) {

@@ -136,7 +136,14 @@ class Session {
       // Shell conventions: 127 command not found, 126 not executable.
       if (child.error().code() == ErrorCode::kNotFound ||
           child.error().code() == ErrorCode::kPermissionDenied) {
-        Queue(ExecMsg::kStderr, "cloister: " + child.error().message() + "\n");
+        std::string why = child.error().message();
+        // `cloister attach` on an image without tmux: say what to add (never a hang).
+        if (child.error().code() == ErrorCode::kNotFound && spec.argv[0] == "tmux") {
+          why = "this workspace's image has no tmux, which `cloister attach` needs: add tmux to "
+                "the image (apt-get install tmux, apk add tmux) and rebuild it, or use "
+                "`cloister exec NAME -- sh`";
+        }
+        Queue(ExecMsg::kStderr, "cloister: " + why + "\n");
         ExecExit e;
         e.value = child.error().code() == ErrorCode::kNotFound ? 127 : 126;
         Queue(ExecMsg::kExit, channel::EncodeExit(e));

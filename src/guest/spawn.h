@@ -43,7 +43,10 @@ Result<Spawned> Spawn(const SpawnSpec& spec);
 // Finds `name` in the PATH of `env` (or the default PATH).
 std::optional<std::string> FindInPath(const std::string& name, const std::vector<std::string>& env);
 
-// The default PATH for guest commands.
-inline constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// The default PATH for guest commands. Its last entry holds cloister's static busybox applets in
+// images built from OCI sources (image/oci/finish.h), so `cp` (tar) and power-off work on an image
+// that has none of its own; the image's own tools come first. Absent in the other images.
+inline constexpr char kDefaultPath[] =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/cloister/bin";
 
 }  // namespace cloister::guest

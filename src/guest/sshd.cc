@@ -16,6 +16,7 @@
 
 #include "base/file_util.h"
 #include "base/strings.h"
+#include "protocol/contract.h"
 
 namespace cloister::guest {
 namespace {
@@ -119,8 +120,10 @@ std::string SshdConfigText(const SshdOptions& o, std::vector<std::string>* skipp
 
 Status PrepareSshd(const SshdOptions& o) {
   if (access(o.sshd.c_str(), X_OK) != 0) {
-    return Error(ErrorCode::kNotFound, o.sshd + " is not in this image",
-                 "use an image with openssh-server (the default image has it)");
+    return Error(ErrorCode::kNotFound,
+                 "this workspace's image has no sshd (" + o.sshd + "), which `cloister ssh` needs",
+                 "add openssh-server to the image (apt-get install openssh-server, apk add "
+                 "openssh-server) and rebuild it, or use `cloister exec NAME -- sh`");
   }
   RETURN_IF_ERROR(CheckRootFile(o.host_key, "sshd host key"));
   RETURN_IF_ERROR(CheckRootFile(o.authorized_keys, "authorized key"));
@@ -143,6 +146,10 @@ void ServeSshd(int fd, const SshdOptions& o) {
   }
   if (!st.ok()) {
     Log(o, "sshd stream refused: " + st.error().ToString());
+    std::string line = std::string(protocol::kSshdRefusedPrefix) + st.error().message() +
+                       (st.error().hint().empty() ? "" : " (" + st.error().hint() + ")") + "\n";
+    ssize_t w = write(fd, line.data(), line.size());
+    (void)w;
     close(fd);
     return;
   }

@@ -19,6 +19,7 @@ namespace {
 
 Status HashArtifacts(SharedImage& img, const char* name = kTestImageName) {
   img.entry.name = name;
+  if (img.entry.version.empty()) img.entry.version = "cached";  // the recipe's marker says which
   img.entry.arch = "amd64";
   img.entry.kernel_cmdline = kKernelCmdline;
   img.entry.artifacts.clear();
@@ -85,6 +86,11 @@ Result<SharedImage> SharedTestImage() {
 Result<SharedImage> SharedBrowserTestImage() {
   return SharedRecipeImage("browser", kBrowserImageName, kBrowserRecipeVersion,
                            &BuildBrowserImage);
+}
+
+Result<SharedImage> SharedBuilderTestImage() {
+  return SharedRecipeImage("builder", kBuilderImageName, kBuilderRecipeVersion,
+                           &BuildBuilderImage);
 }
 
 Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes) {

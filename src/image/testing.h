@@ -38,6 +38,10 @@ Result<SharedImage> SharedTestImageWithDisk(uint64_t disk_bytes);
 // SharedTestImage(): boot it with snapshot=on or a qcow2 overlay.
 Result<SharedImage> SharedBrowserTestImage();
 
+// The builder VM's image (image/builder.h BuildBuilderImage), built once per build tree like the
+// browser image (about a minute from a warm package cache, 768 MiB sparse disk). Read-only.
+Result<SharedImage> SharedBuilderTestImage();
+
 class TempDir {
  public:
   TempDir() {

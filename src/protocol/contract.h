@@ -53,6 +53,9 @@ inline constexpr char kSshAgentService[] = "ssh-agent";
 inline constexpr char kExecService[] = "exec";
 inline constexpr char kTcpService[] = "tcp";
 inline constexpr char kSshdService[] = "sshd";
+// A refused `sshd` stream's only line, before the guest closes it (an image without sshd): the
+// host's ProxyCommand prints the rest of the line instead of handing it to ssh.
+inline constexpr char kSshdRefusedPrefix[] = "cloister-sshd-refused: ";
 
 // ---- The guest ends of those services (the agent listens; guest/config.cc's forwards) ----
 inline constexpr char kGuestProxyHost[] = "127.0.0.1";

@@ -14,13 +14,13 @@ constexpr uint32_t kMaxAttempts = 4096;
 // Gives every entry without a QEMU id its preferred id, or the next free one, in entry order.
 // False if ids ran out (16M workspaces in one store).
 bool AssignQemuIds(std::vector<MacEntry>& entries) {
-  std::set<uint32_t> used;
+  std::set<uint32_t> used{kBuilderQemuId};
   for (const MacEntry& e : entries) {
     if (e.qemu_id) used.insert(*e.qemu_id);
   }
   for (MacEntry& e : entries) {
     if (e.qemu_id) continue;
-    if (used.size() >= kQemuIdSpace) return false;
+    if (used.size() >= kQemuIdSpace) return false;  // (kBuilderQemuId counts as used)
     uint32_t q = PreferredQemuId(e.mac);
     while (used.count(q)) q = (q + 1) % kQemuIdSpace;
     e.qemu_id = q;

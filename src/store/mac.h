@@ -33,6 +33,9 @@ struct MacEntry {
 };
 
 inline constexpr uint32_t kQemuIdSpace = 1u << 24;
+// The id no workspace gets: the image builder VMs' (supervisor/builder_vm.h), so a builder's
+// QEMU never runs under the uid of a workspace's QEMU.
+inline constexpr uint32_t kBuilderQemuId = kQemuIdSpace - 1;
 // The low 24 bits of `mac` (a valid MAC), the id a workspace gets when it is free.
 uint32_t PreferredQemuId(const std::string& mac);
 

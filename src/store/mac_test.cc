@@ -127,3 +127,28 @@ TEST(MacTest, ARegistryWithADuplicateQemuIdIsRefused) {
 
 }  // namespace
 }  // namespace cloister
+
+namespace cloister {
+namespace {
+
+TEST(MacTest, NoWorkspaceGetsTheBuildersQemuId) {
+  // SECURITY: a workspace whose MAC prefers the builders' id gets another: a builder VM's QEMU
+  // never runs under a workspace QEMU's uid.
+  testing::TempDir dir;
+  MacRegistry reg(Env::Default(), dir.Sub("macs.json"));
+  char mac[18];
+  std::snprintf(mac, sizeof mac, "02:aa:aa:%02x:%02x:%02x", (kBuilderQemuId >> 16) & 0xff,
+                (kBuilderQemuId >> 8) & 0xff, kBuilderQemuId & 0xff);
+  ASSERT_EQ(PreferredQemuId(mac), kBuilderQemuId);
+  ASSERT_TRUE(Env::Default()
+                  ->WriteFile(dir.Sub("macs.json"),
+                              std::string(R"({"version":1,"entries":[{"mac":")") + mac +
+                                  R"(","workspace":"w","id":"id-w"}]})")
+                  .ok());
+  auto q = reg.QemuIdOf("id-w");
+  ASSERT_TRUE(q.ok()) << q.error().ToString();
+  EXPECT_NE(*q, kBuilderQemuId);
+}
+
+}  // namespace
+}  // namespace cloister

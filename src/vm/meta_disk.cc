@@ -52,6 +52,7 @@ nlohmann::json MetaConfigJson(const MetaConfig& config) {
     doc["forwards"] = forwards;
   }
   if (!config.devcontainer.is_null()) doc["devcontainer"] = config.devcontainer;
+  if (config.no_home) doc["home_device"] = "";
   if (config.browser) {
     doc["home_device"] = "";  // a browser VM has no home disk
     doc["browser"] = {{"cdp_port", config.browser->cdp_port},

@@ -80,6 +80,9 @@ struct MetaConfig {
   // A devcontainer's lifecycle commands, the "devcontainer" object as guest/devcontainer.h reads
   // it (made by devcontainer/workspace.h's GuestLifecycleJson); null: none.
   nlohmann::json devcontainer;
+  // "home_device" "" without a browser: the image builder VM, whose vdb is the disk it writes
+  // (supervisor/builder_vm.h), never mounted by its agent.
+  bool no_home = false;
 };
 
 // The config.json document for `config` (fixed fields: user dev, uid/gid 1000, home /home/dev,

@@ -71,10 +71,12 @@ if [ -e "$W/resolv.saved" ] || [ -L "$W/resolv.saved" ]; then mv "$W/resolv.save
 )SH";
 
 constexpr char kFinish[] = R"SH(say "stage finish"
-cp "$IN/busybox" "$R/.cloister-busybox"
-chmod 0755 "$R/.cloister-busybox"
-cp "$IN/finish.sh" "$R/.cloister-finish.sh"
-chroot "$R" /.cloister-busybox sh -e /.cloister-finish.sh > "$W/finish.log" 2>&1 || {
+rm -rf "$R/.cloister-parts"
+mkdir "$R/.cloister-parts"
+cp "$IN/busybox" "$R/.cloister-parts/busybox"
+chmod 0755 "$R/.cloister-parts/busybox"
+cp "$IN/finish.sh" "$R/.cloister-parts/finish.sh"
+chroot "$R" /.cloister-parts/busybox sh -e /.cloister-parts/finish.sh > "$W/finish.log" 2>&1 || {
   grep '^cloister-build: ' "$W/finish.log" || true
   die "finish $(last "$W/finish.log")"
 }
@@ -151,7 +153,7 @@ std::string DockerfileBuild(const BuildPlan& plan) {
 }  // namespace
 
 std::string StepScriptName(size_t index) { return "steps/" + std::to_string(index) + ".sh"; }
-std::string StepDirName(size_t index) { return "steps/" + std::to_string(index); }
+std::string StepDirName(size_t index) { return "stepdir-" + std::to_string(index); }
 std::string BaseInputName(size_t index, SourceKind kind) {
   return "base-" + std::to_string(index) + (kind == SourceKind::kOciDir ? "" : ".tar");
 }

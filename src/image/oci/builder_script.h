@@ -32,7 +32,7 @@ inline constexpr char kSourceArchive[] = "source.tar";  // oci-archive / docker-
 inline constexpr char kSourceLayout[] = "source";       // oci: layout directory
 inline constexpr char kDockerfileName[] = "Dockerfile";
 inline constexpr char kContextDir[] = "context";
-// Step N's script is steps/N.sh and its folder steps/N (N from 0); base image N of a Dockerfile
+// Step N's script is steps/N.sh and its folder stepdir-N (N from 0); base image N of a Dockerfile
 // build is base-N.tar (an archive) or base-N (a layout).
 std::string StepScriptName(size_t index);
 std::string StepDirName(size_t index);

@@ -51,10 +51,10 @@ catalog::PostInstallStep FinishStep() {
   const std::string gid = std::to_string(protocol::kGuestGid);
   std::string text =
       "# cloister's parts into the image's rootfs (a chroot of it; image/oci/finish.h)\n"
-      "B=/.cloister-busybox\n"
+      "B=/.cloister-parts/busybox\n"
       "$B rm -rf /usr/lib/cloister\n"
       "$B mkdir -p /usr/lib/cloister/bin\n"
-      "$B cp /.cloister-busybox /usr/lib/cloister/busybox\n"
+      "$B cp /.cloister-parts/busybox /usr/lib/cloister/busybox\n"
       "B=/usr/lib/cloister/busybox\n"
       "$B chmod 0755 $B\n"
       "for a in $($B --list); do $B ln -s ../busybox \"/usr/lib/cloister/bin/$a\"; done\n"
@@ -95,7 +95,7 @@ catalog::PostInstallStep FinishStep() {
       "has() { for p in $2; do [ -x \"$p\" ] && { $B echo 1; return; }; done; $B echo 0; }\n"
       "$B echo \"cloister-build: has tmux=$(has tmux '/usr/bin/tmux /bin/tmux /usr/local/bin/tmux')"
       " sshd=$(has sshd '/usr/sbin/sshd /sbin/sshd') sh=$(has sh /bin/sh)\"\n"
-      "$B rm -f /.cloister-busybox /.cloister-finish.sh\n";
+      "$B rm -rf /.cloister-parts\n";
   return {"cloister-finish", text};
 }
 

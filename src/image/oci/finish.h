@@ -28,14 +28,16 @@ inline constexpr char kPartsDir[] = "/usr/lib/cloister";
 inline constexpr char kInitPath[] = "/usr/lib/cloister/init";
 inline constexpr char kBusyboxPath[] = "/usr/lib/cloister/busybox";
 // Where the builder puts cloister's busybox and the finishing script at the rootfs's top for
-// FinishStep (both gone when it ends).
-inline constexpr char kStagedBusybox[] = "/.cloister-busybox";
-inline constexpr char kStagedFinish[] = "/.cloister-finish.sh";
+// FinishStep (the directory is gone when it ends). Busybox picks its applet by its own name, so
+// the file is named busybox.
+inline constexpr char kStagedDir[] = "/.cloister-parts";
+inline constexpr char kStagedBusybox[] = "/.cloister-parts/busybox";
+inline constexpr char kStagedFinish[] = "/.cloister-parts/finish.sh";
 
 // PID 1 of an image from an OCI source.
 std::string InitScript();
 
-// The finishing, run as `/.cloister-busybox sh -e /.cloister-finish.sh` in a chroot of the
+// The finishing, run as `/.cloister-parts/busybox sh -e /.cloister-parts/finish.sh` in a chroot of the
 // rootfs. Its last line of output is "cloister-build: has tmux=0|1 sshd=0|1 sh=0|1".
 catalog::PostInstallStep FinishStep();
 
