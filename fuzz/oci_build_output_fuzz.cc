@@ -22,5 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)ApplyLine(ClassifyLine(l), facts);
   }
   if (facts.error_text.size() > kMaxErrorBytes) __builtin_trap();
+  // The error the user reads carries the builder's text without a control character.
+  cloister::Error e = BuildError(facts, 1);
+  for (char c : e.message()) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
+  }
   return 0;
 }

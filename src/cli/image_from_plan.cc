@@ -70,35 +70,6 @@ Status MakeSparse(const std::string& path, uint64_t size) {
   return OkStatus();
 }
 
-// What the plan's failure means for the user, with the fix.
-Error BuildFailed(const oci::BuildFacts& f, int rc, const oci::BuildPlan& plan) {
-  std::string text = TerminalSafe(f.error_text);
-  const std::string& k = f.error_kind;
-  if (k == "not-found") {
-    return Error(ErrorCode::kNotFound, "image source not found: " + text,
-                 "check the name and tag (`skopeo list-tags` lists a repository's tags)");
-  }
-  if (k == "arch") {
-    return Error(ErrorCode::kInvalidArgument, "image source is not for amd64: " + text,
-                 "use a tag or digest of an amd64 (linux/amd64) image");
-  }
-  if (k == "auth") {
-    return Error(ErrorCode::kPermissionDenied, "the registry refused the pull: " + text,
-                 "a private image needs a registry login (not yet supported here)");
-  }
-  if (k == "step" || k == "build") {
-    return Error(ErrorCode::kFailedPrecondition, "image build: " + k + " " + text,
-                 "see its output above; run again with --verbose for every line");
-  }
-  if (!k.empty()) {
-    return Error(ErrorCode::kFailedPrecondition, "image build (" + k + "): " + text,
-                 k == "disk" ? "give it more room with --disk-size" : "");
-  }
-  return Error(ErrorCode::kInternal,
-               "the builder VM's script ended (exit " + std::to_string(rc) + ") without a result",
-               "run again with --verbose to see the tools' output");
-}
-
 // The progress line for one line of the builder's output ("" = none).
 std::string ProgressLine(const oci::OutputLine& l, const oci::BuildPlan& plan, bool verbose) {
   switch (l.kind) {
@@ -318,7 +289,7 @@ Result<catalog::ImageEntry> BuildImageFromPlan(Cli& cli, const oci::BuildPlan& p
   ASSIGN_OR_RETURN(int rc, vm::RunBuilderVm(bo));
   if (auto last = split.Finish()) take(*last);
   RETURN_IF_ERROR(bad_output);
-  if (rc != 0 || !facts.result || !facts.error_kind.empty()) return BuildFailed(facts, rc, plan);
+  if (rc != 0 || !facts.result || !facts.error_kind.empty()) return oci::BuildError(facts, rc);
   say("image: [2/3] built in " + Seconds(t1) + " (manifest " + facts.digest + ")");
 
   say("image: [3/3] hash ...");

@@ -1,5 +1,5 @@
 // `cloister image build --from` end to end (issue 41's proof for OCI sources), with the real
-// `cloister` binary under TCG: three builder VM boots and one workspace boot.
+// `cloister` binary under TCG: three builder VM boots and two boots of one workspace.
 //   - an OCI image the test writes itself (a rootfs of one static busybox and /bin/sh: no init,
 //     no libc, no tmux, no sshd), as an oci-archive: built with a --run step, signed into the
 //     catalog with its provenance (source, manifest digest, kernel, busybox, agent, what it has);
@@ -9,7 +9,8 @@
 //     host's listener), with a clear error, and leaves nothing half-built in the store;
 //   - no file outside the store is written by a build (HOME, TMPDIR and XDG dirs watched);
 //   - a workspace from the image reaches READY, runs exec (PID 1 is cloister's init, the step's
-//     file is there) and cp both ways, and refuses attach and ssh naming what to add.
+//     file is there) and cp both ways, refuses attach and ssh naming what to add, and `reset`
+//     brings it back to the image (a second workspace boot).
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -374,6 +375,15 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
   EXPECT_NE(ssh.exit_code, 0);
   EXPECT_NE(ssh.err.find("has no sshd"), std::string::npos) << ssh.err;
   EXPECT_NE(ssh.err.find("add openssh-server"), std::string::npos) << ssh.err;
+
+  // `reset` goes back to this image (its step's file), not to Debian, dropping what was added.
+  ASSERT_EQ(Exec("ws", "echo added > /etc/added; sync; echo ok", &code, "root"), "ok\n");
+  Stop("ws");
+  auto reset = Cloister({"reset", "ws", "-f"});
+  ASSERT_EQ(reset.exit_code, 0) << reset.err;
+  Start("ws");
+  EXPECT_EQ(Exec("ws", "cat /etc/step-mark; [ -e /etc/added ] || echo gone", &code),
+            "built-in-the-vm\ngone\n");
   Stop("ws");
 }
 

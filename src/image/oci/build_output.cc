@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "base/strings.h"
+#include "base/terminal_text.h"
 
 namespace cloister::image::oci {
 
@@ -133,6 +134,48 @@ Status ApplyLine(const OutputLine& line, BuildFacts& facts) {
     facts.result = true;
   }
   return OkStatus();
+}
+
+Error BuildError(const BuildFacts& f, int rc) {
+  // SECURITY: the text is the builder's (the image's code may have written it): bounded by
+  // ApplyLine, made terminal-safe here, and only ever shown.
+  std::string text = TerminalSafe(f.error_text);
+  const std::string& k = f.error_kind;
+  if (k == "unreachable") {
+    return Error(ErrorCode::kUnavailable, "the registry did not answer: " + text,
+                 "check the registry's name and that this host reaches it (the builder pulls "
+                 "through a cloister proxy on this host, like a workspace's egress)");
+  }
+  if (k == "not-found") {
+    return Error(ErrorCode::kNotFound, "image source not found: " + text,
+                 "check the name and tag (`skopeo list-tags docker://NAME` lists a repository's "
+                 "tags)");
+  }
+  if (k == "arch") {
+    return Error(ErrorCode::kInvalidArgument, "image source is not for amd64: " + text,
+                 "use a tag or digest of an amd64 (linux/amd64) image");
+  }
+  if (k == "auth") {
+    return Error(ErrorCode::kPermissionDenied, "the registry refused the pull: " + text,
+                 "a private image needs a registry login, which `image build --from` cannot "
+                 "use yet: pull it with your own tools and build from the archive "
+                 "(`skopeo copy docker://NAME oci-archive:FILE`, then --from oci-archive:FILE)");
+  }
+  if (k == "step" || k == "build") {
+    return Error(ErrorCode::kFailedPrecondition, "image build: " + k + " " + text,
+                 "see its output above; run again with --verbose for every line");
+  }
+  if (k == "disk") {
+    return Error(ErrorCode::kNoSpace, "image build (disk): " + text,
+                 "give it more room with --disk-size");
+  }
+  if (!k.empty()) {
+    return Error(ErrorCode::kFailedPrecondition, "image build (" + k + "): " + text,
+                 "run again with --verbose to see the tools' output");
+  }
+  return Error(ErrorCode::kInternal,
+               "the builder VM's script ended (exit " + std::to_string(rc) + ") without a result",
+               "run again with --verbose to see the tools' output");
 }
 
 }  // namespace cloister::image::oci

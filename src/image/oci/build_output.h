@@ -66,12 +66,16 @@ struct BuildFacts {
   uint64_t rootfs_bytes = 0;
   std::optional<bool> tmux, sshd, sh;  // what the finished rootfs has
   bool result = false;                 // the last line came: the disk is written
-  std::string error_kind;  // "not-found", "arch", "auth", "pull", "unpack", "step", "finish", "disk",
+  std::string error_kind;  // "unreachable", "not-found", "arch", "auth", "pull", "unpack", "step", "finish", "disk",
                            // "build", "user"...: [a-z-]{1,16}
   std::string error_text;  // at most kMaxErrorBytes, as the guest wrote it
 };
 
 // Folds one kFact or kError line into `facts`; kCorrupt on a malformed value.
 Status ApplyLine(const OutputLine& line, BuildFacts& facts);
+
+// What a failed build means for the user, with its fix: from the error the builder reported
+// (its text made terminal-safe), or, when it reported none, the script's exit status `rc`.
+Error BuildError(const BuildFacts& facts, int rc);
 
 }  // namespace cloister::image::oci

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "base/subprocess.h"
+
 #include "image/oci/builder_script.h"
 #include "image/oci/finish.h"
 
@@ -103,6 +108,67 @@ TEST(BuilderScriptTest, QuotesEveryPlanValue) {
   EXPECT_NE(step.find("cd /tmp/cloister-step\n"), std::string::npos);
   // The finishing step carries cloister's init and boot hook.
   EXPECT_NE(FinishStep().command.find(InitScript()), std::string::npos);
+}
+
+
+// Each reported failure becomes an error whose code and hint say what to do; the builder's text
+// reaches the terminal without its control sequences.
+TEST(BuildOutputTest, ErrorsNameTheirFix) {
+  struct Case {
+    std::string kind;
+    ErrorCode code;
+    std::string in_message, in_hint;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"unreachable", ErrorCode::kUnavailable, "did not answer", "this host reaches it"},
+           {"not-found", ErrorCode::kNotFound, "not found", "tag"},
+           {"arch", ErrorCode::kInvalidArgument, "not for amd64", "linux/amd64"},
+           {"auth", ErrorCode::kPermissionDenied, "refused the pull", "--from oci-archive:FILE"},
+           {"step", ErrorCode::kFailedPrecondition, "step", "--verbose"},
+           {"disk", ErrorCode::kNoSpace, "disk", "--disk-size"},
+           {"unpack", ErrorCode::kFailedPrecondition, "(unpack)", "--verbose"}}) {
+    BuildFacts f = Read("cloister-build: error " + c.kind + " x \x1b]0;title\x07y\n");
+    Error e = BuildError(f, 1);
+    EXPECT_EQ(e.code(), c.code) << c.kind;
+    EXPECT_NE(e.message().find(c.in_message), std::string::npos) << e.message();
+    EXPECT_NE(e.hint().find(c.in_hint), std::string::npos) << e.hint();
+    EXPECT_EQ(e.message().find('\x1b'), std::string::npos) << c.kind;
+  }
+  Error none = BuildError(BuildFacts{}, 3);
+  EXPECT_EQ(none.code(), ErrorCode::kInternal);
+  EXPECT_NE(none.message().find("exit 3"), std::string::npos) << none.message();
+}
+
+// pullfail, run by the host's sh on skopeo's own last lines: each failure gets the kind the CLI
+// turns into its fix (an unreachable registry is not a missing tag, though its resolver says "no
+// such host").
+TEST(BuilderScriptTest, PullFailuresGetTheirKind) {
+  const std::string w = ::testing::TempDir() + "/pullfail";
+  std::filesystem::create_directories(w);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"level=fatal msg=\"Error reading manifest 1 in r.test/bb: pinging container registry "
+       "r.test: Get \\\"https://r.test/v2/\\\": dial tcp: lookup r.test: no such host\"",
+       "unreachable"},
+      {"pinging container registry r.test: received unexpected HTTP status: 502 Bad Gateway",
+       "unreachable"},
+      {"reading manifest 2 in r.test/bb: manifest unknown: manifest unknown", "not-found"},
+      {"reading manifest 1 in r.test/nobody: name unknown: repository name not known", "not-found"},
+      {"choosing an image from manifest list docker://r.test/bb:1: no image found in manifest "
+       "list for architecture amd64, variant \"\", OS linux",
+       "arch"},
+      {"reading manifest 1 in r.test/private: unauthorized: authentication required", "auth"},
+      {"writing blob: something else went wrong", "pull"}};
+  for (const auto& [line, kind] : cases) {
+    std::ofstream(w + "/err") << "Getting image source signatures\n" << line << "\n\n";
+    auto r = RunProcess({"sh", "-c", "W=" + w + "\n" + ScriptFunctions() + "\npullfail docker://r.test/bb:1"});
+    ASSERT_TRUE(r.ok()) << r.error().ToString();
+    EXPECT_EQ(r->exit_code, 1) << line;
+    EXPECT_EQ(r->out.rfind("cloister-build: error " + kind + " docker://r.test/bb:1: ", 0), 0u)
+        << line << "\n" << r->out;
+    BuildFacts f = Read(r->out);
+    EXPECT_EQ(f.error_kind, kind) << r->out;
+    EXPECT_EQ(f.error_text.rfind("docker://r.test/bb:1: ", 0), 0u) << f.error_text;
+  }
 }
 
 }  // namespace

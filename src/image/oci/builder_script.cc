@@ -6,7 +6,7 @@ namespace cloister::image::oci {
 
 namespace {
 
-// The script's fixed head: names, helpers, and the builder's own disk grown.
+// The script's fixed head: names, then the helpers (kFunctions), then the builder's own disk grown.
 constexpr char kHead[] = R"SH(#!/bin/sh
 # cloister's image build in the builder VM (image/oci/builder_script.h). Lines for the host begin
 # with "cloister-build: "; everything else is the tools' own output.
@@ -16,15 +16,19 @@ IN=/var/lib/cloister-build/in
 W=/var/lib/cloister-build/work
 R=$W/bundle/rootfs
 export TMPDIR=/var/tmp
-say() { echo "cloister-build: $*"; }
+)SH";
+
+constexpr char kFunctions[] = R"SH(say() { echo "cloister-build: $*"; }
 die() { say "error $*"; exit 1; }
 last() { grep -v '^[[:space:]]*$' "$1" | tail -n 1 | tr -d '\r' | cut -c1-400; }
 logtail() { tail -n 20 "$1" | while IFS= read -r l; do say "log $l"; done; }
-# A failed copy, in words the host shows: no such tag, another architecture, a login, else the
-# tool's last line.
+# A failed copy, in words the host shows: a registry that does not answer (before "no such":
+# a name that does not resolve is "no such host"), no such tag, another architecture, a login,
+# else the tool's last line.
 pullfail() {
   msg=$(last "$W/err")
   case "$msg" in
+    *"pinging container registry"*|*"dial tcp"*|*"no such host"*|*"connection refused"*|*"connection reset"*|*"i/o timeout"*|*"TLS handshake"*|*": EOF"*|*"Bad Gateway"*|*"Gateway Timeout"*) die "unreachable $1: $msg" ;;
     *"manifest unknown"*|*"name unknown"*|*"not found"*|*"no such"*) die "not-found $1: $msg" ;;
     *"no image found in manifest list"*|*"choosing an image from manifest list"*) die "arch $1: $msg" ;;
     *"unauthorized"*|*"authentication required"*|*"denied"*) die "auth $1: $msg" ;;
@@ -36,7 +40,9 @@ copy() {
   skopeo copy --override-arch amd64 --override-os linux "$1" "$2" 2> "$W/err" |
     while IFS= read -r l; do say "progress $l"; done || pullfail "$1"
 }
-rm -rf "$W"
+)SH";
+
+constexpr char kStart[] = R"SH(rm -rf "$W"
 mkdir -p "$W" /var/tmp
 say "stage grow"
 resize2fs /dev/vda > "$W/grow.log" 2>&1 || say "note the builder's disk was not grown: $(last "$W/grow.log")"
@@ -177,8 +183,10 @@ std::string StepScript(const Step& step) {
   return out + step.command + "\n";
 }
 
+std::string ScriptFunctions() { return kFunctions; }
+
 std::string BuilderScript(const BuildPlan& plan, const ScriptOptions& o) {
-  std::string out = kHead;
+  std::string out = std::string(kHead) + kFunctions + kStart;
   if (plan.source.kind == SourceKind::kDockerfile) {
     out += DockerfileBuild(plan);
   } else {

@@ -54,6 +54,11 @@ std::string ShellQuote(std::string_view text);
 // The whole build script for `plan`.
 std::string BuilderScript(const BuildPlan& plan, const ScriptOptions& options);
 
+// The script's shell functions alone (say, die, last, logtail, pullfail, copy), for tests that
+// run them on the host: pullfail turns a failed copy's last line ($W/err) into an error kind
+// (unreachable, not-found, arch, auth, else pull).
+std::string ScriptFunctions();
+
 // Step `step`'s script, run with `/bin/sh -e` in the chroot: its environment exported, cwd its
 // folder (/tmp/cloister-step) when it has one, then its command.
 std::string StepScript(const Step& step);
