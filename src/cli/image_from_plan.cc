@@ -77,7 +77,11 @@ std::string ProgressLine(const oci::OutputLine& l, const oci::BuildPlan& plan, b
     case oci::OutputKind::kStep: return "image: step " + TerminalSafe(l.text);
     case oci::OutputKind::kNote: return "image: note: " + TerminalSafe(l.text);
     case oci::OutputKind::kLog: return "  | " + TerminalSafe(l.text);
-    case oci::OutputKind::kProgress: return verbose ? "  " + TerminalSafe(l.text) : "";
+    case oci::OutputKind::kProgress:
+      if (verbose) return "  " + TerminalSafe(l.text);
+      // skopeo's line per blob: a long pull shows it is moving (the bytes come with "pulled").
+      if (StartsWith(l.text, "Copying blob ")) return "image: pull: " + TerminalSafe(l.text.substr(0, 100));
+      return "";
     case oci::OutputKind::kFact:
       if (l.word == "pulled" || l.word == "unpacked" || l.word == "disk") {
         auto n = Split(l.text, ' ');

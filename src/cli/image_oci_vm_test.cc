@@ -250,7 +250,7 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
                                           "echo built-in-the-vm > /etc/step-mark"};
   auto first = Cloister(build);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  for (const char* stage : {"image: pull ...", "image: unpack ...", "image: step 0 run 1",
+  for (const char* stage : {"image: pull ...", "image: pull: Copying blob ", "image: unpack ...", "image: step 0 run 1",
                             "image: finish ...", "image: disk ...", "image: [3/3] disk sha256"}) {
     EXPECT_NE(first.err.find(stage), std::string::npos) << stage << "\n" << first.err;
   }
@@ -337,6 +337,16 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
   // A workspace from the image: READY, exec, cp; attach and ssh refused with what to add.
   auto created = Cloister({"create", "ws", "--image", "bb", "--home-size", "64M"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
+  // Its provenance is shown for the workspace, and in `image ls --json`.
+  auto dws = Cloister({"describe", "ws", "--json"});
+  ASSERT_EQ(dws.exit_code, 0) << dws.err;
+  json dj = json::parse(dws.out, nullptr, false);
+  ASSERT_TRUE(dj.is_object()) << dws.out;
+  EXPECT_EQ(dj["image_provenance"]["manifest"], pushed) << dws.out;
+  json lj = json::parse(Cloister({"image", "ls", "--json"}).out, nullptr, false);
+  bool listed = false;
+  for (const auto& i : lj) listed = listed || (i["name"] == "bb" && i["provenance"]["manifest"] == pushed);
+  EXPECT_TRUE(listed) << lj.dump();
   Start("ws");
   int code = -1;
   EXPECT_EQ(Exec("ws", "cat /etc/step-mark; tr '\\0' ' ' < /proc/1/cmdline", &code),
