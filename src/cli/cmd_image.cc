@@ -164,9 +164,10 @@ void AddBuild(CLI::App& image, Cli& cli) {
   auto o = std::make_shared<Opts>();
   auto* cmd = image.add_subcommand(
       "build",
-      "Build the default base image (debian-12) from Debian 12 packages, sign it into the local "
-      "catalog; --test builds the tiny busybox test image in seconds, --browser the browser VM's "
-      "image (Debian's chromium)");
+      "Build a base image and sign it into the local catalog: the default (debian-12) from "
+      "Debian 12 packages; --from REF one whose userland is an OCI image, built in a throwaway "
+      "VM; --test the tiny busybox test image in seconds; --browser the browser VM's image "
+      "(Debian's chromium)");
   auto* test_flag = cmd->add_flag("--test", o->test, "Build the test image instead of debian-12");
   cmd->add_flag("--browser", o->browser,
                 "Build the browser image (Debian 12's chromium on a busybox base, for "

@@ -6,7 +6,8 @@
 //   - the same image pushed to Debian's docker-registry on loopback and pulled (`docker://`) through
 //     the builder's proxy and its resolve override, with the same step, gives the same disk SHA-256;
 //   - a step that reads a host path or connects to the host fails the build (nothing reached the
-//     host's listener), with a clear error, and leaves nothing half-built in the store;
+//     host's listener), with a clear error, and leaves nothing half-built in the store (that build
+//     reads the image from its layout directory, `oci:DIR:REF`);
 //   - no file outside the store is written by a build (HOME, TMPDIR and XDG dirs watched);
 //   - a workspace from the image reaches READY, runs exec (PID 1 is cloister's init, the step's
 //     file is there) and cp both ways, refuses attach and ssh naming what to add, and `reset`
@@ -313,7 +314,8 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
   socklen_t len = sizeof addr;
   getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string port = std::to_string(ntohs(addr.sin_port));
-  auto escape = Cloister({"image", "build", "--from", "oci-archive:" + archive, "--name", "bad",
+  // (from the layout directory, oci:DIR:REF: that transport's push and pull, no boot of its own)
+  auto escape = Cloister({"image", "build", "--from", "oci:" + layout + ":1", "--name", "bad",
                           "--disk-size", "64M", "--run",
                           // (nc's own status is not the judge: the host's listener is; `|| true`
                           // keeps `sh -e` going to the exit that says the step ran to its end)
@@ -321,6 +323,7 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
                           "10.0.2.2 " + port + " || true; exit 7"});
   EXPECT_NE(escape.exit_code, 0);
   EXPECT_NE(escape.err.find("step 0 run 1 failed (exit 7)"), std::string::npos) << escape.err;
+  EXPECT_NE(escape.err.find("image: manifest " + digest), std::string::npos) << escape.err;
   pollfd p{lfd, POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 0), 0) << "the step's connection reached the host";
   close(lfd);
