@@ -102,7 +102,7 @@ Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOpti
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
+  for (char** e = environ; !options.clear_env && *e; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
     bool drop = options.env_set.count(key) > 0;
@@ -177,6 +177,11 @@ Result<RunOutput> RunProcess(const std::vector<std::string>& argv, const RunOpti
     };
     drain(idx_out, out_pipe[0], result.out);
     drain(idx_err, err_pipe[0], result.err);
+    if (options.max_output && result.out.size() + result.err.size() > options.max_output) {
+      kill(pid, SIGKILL);
+      result.output_truncated = true;
+      break;
+    }
   }
   CloseFd(in_pipe[1]);
   CloseFd(out_pipe[0]);
@@ -194,6 +199,9 @@ Result<RunOutput> RunProcessChecked(const std::vector<std::string>& argv, const 
   ASSIGN_OR_RETURN(RunOutput out, RunProcess(argv, options));
   if (out.timed_out) {
     return Error(ErrorCode::kUnavailable, argv[0] + " timed out");
+  }
+  if (out.output_truncated) {
+    return Error(ErrorCode::kIo, argv[0] + " wrote more than " + std::to_string(options.max_output) + " bytes");
   }
   if (!out.success()) {
     std::string last = Trim(out.err);

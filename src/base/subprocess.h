@@ -22,12 +22,15 @@ struct RunOptions {
   std::vector<std::string> env_unset;
   std::string cwd;                             // empty: the caller's
   std::optional<std::chrono::milliseconds> timeout;  // SIGKILL after this long
+  bool clear_env = false;  // the child's environment is env_set only, nothing of the caller's
+  size_t max_output = 0;   // SIGKILL once stdout and stderr together exceed it (0: no limit)
 };
 
 struct RunOutput {
   int exit_code = -1;    // -1 if killed by a signal
   int term_signal = 0;   // signal number if killed
   bool timed_out = false;
+  bool output_truncated = false;  // killed for exceeding max_output
   std::string out;
   std::string err;
 

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -104,6 +105,28 @@ TEST(SubprocessTest, TimeoutKills) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->timed_out);
   EXPECT_FALSE(r->success());
+}
+
+TEST(SubprocessTest, ClearEnvPassesOnlyWhatIsSet) {
+  setenv("CLOISTER_T_INHERITED", "leak", 1);
+  RunOptions opts;
+  opts.clear_env = true;
+  opts.env_set["CLOISTER_T"] = "v1";
+  auto r = RunProcess({"/usr/bin/env"}, opts);
+  unsetenv("CLOISTER_T_INHERITED");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out, "CLOISTER_T=v1\n");
+}
+
+TEST(SubprocessTest, MaxOutputKills) {
+  RunOptions opts;
+  opts.max_output = 100000;
+  auto r = RunProcess({"sh", "-c", "yes"}, opts);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->output_truncated);
+  EXPECT_FALSE(r->success());
+  EXPECT_LT(r->out.size(), 200000u);
+  EXPECT_FALSE(RunProcessChecked({"sh", "-c", "yes"}, opts).ok());
 }
 
 }  // namespace

@@ -17,12 +17,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "protocol/contract.h"
+#include "vm/share_git_config.h"
 #include "vm/share_scan.h"
 #include "vm/userns.h"
 
@@ -239,6 +241,15 @@ Status QemuJail::PrepareIdentity(const JailSpec& spec) {
 Status QemuJail::PrepareShares(const JailSpec& spec) {
   shares_ = spec.shares;
   std::map<std::pair<uid_t, gid_t>, int> idmaps;  // one namespace per owner
+  std::vector<std::unique_ptr<ShareScan>> scans(spec.shares.size());
+  std::vector<int> fds;  // closed on every return
+  struct CloseAll {
+    std::vector<int>* fds;
+    ~CloseAll() {
+      for (int fd : *fds) close(fd);
+    }
+  } close_all{&fds};
+  std::vector<uid_t> owners;
   for (size_t i = 0; i < spec.shares.size(); ++i) {
     const JailShare& share = spec.shares[i];
     if (share.host_path.empty() || share.host_path[0] != '/' || share.fd < 0) {
@@ -246,51 +257,62 @@ Status QemuJail::PrepareShares(const JailSpec& spec) {
     }
     int fd = open(share.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("open shared folder " + share.host_path, errno);
+    fds.push_back(fd);
     int idmap = -1;
-    Status status = OkStatus();
     struct stat st;
-    if (qemu_userns_fd_ >= 0 && fstat(fd, &st) != 0) status = ErrnoError("stat " + share.host_path, errno);
-    if (qemu_userns_fd_ >= 0 && status.ok()) {
+    if (fstat(fd, &st) != 0) return ErrnoError("stat " + share.host_path, errno);
+    if (!share.read_only) owners.push_back(st.st_uid);
+    if (qemu_userns_fd_ >= 0) {
       // As root: the folder's owner and group become QEMU's uid and gid on this mount.
       auto key = std::make_pair(st.st_uid, st.st_gid);
       auto made = idmaps.find(key);
       if (made == idmaps.end()) {
         // An idmapped mount shows an on-disk id as the namespace maps it from inside to outside.
-        auto ns = MakeUserNamespace(std::to_string(st.st_uid) + " " + std::to_string(*guard_.uid) + " 1\n",
-                                    std::to_string(st.st_gid) + " " + std::to_string(*guard_.gid) + " 1\n");
-        if (ns.ok()) made = idmaps.emplace(key, *ns).first;
-        else status = ns.error();
+        ASSIGN_OR_RETURN(int ns, MakeUserNamespace(std::to_string(st.st_uid) + " " + std::to_string(*guard_.uid) + " 1\n",
+                                                   std::to_string(st.st_gid) + " " + std::to_string(*guard_.gid) + " 1\n"));
+        made = idmaps.emplace(key, ns).first;
       }
-      if (status.ok()) {
-        Status ok = CheckIdmappable(fd, made->second, share.host_path);
-        if (ok.ok()) idmap = made->second;
-        else if (!share.read_only) status = ok;  // read-only: served unmapped
-      }
+      Status ok = CheckIdmappable(fd, made->second, share.host_path);
+      if (ok.ok()) idmap = made->second;
+      else if (!share.read_only) return ok;  // read-only: served unmapped
     }
     idmap_fds_.push_back(idmap);
+    if (share.read_only) continue;
+    ASSIGN_OR_RETURN(ShareScan scan, ScanShare(share.host_path, fd));
+    scans[i] = std::make_unique<ShareScan>(std::move(scan));
+  }
+  // What host git's configuration names in the read-write shares (vm/share_git_config.h).
+  std::vector<GitConfigShare> config_shares;
+  for (size_t i = 0; i < spec.shares.size(); ++i) {
+    config_shares.push_back({spec.shares[i].host_path, fds[i], spec.shares[i].read_only, scans[i].get()});
+  }
+  std::vector<GitConfigProtection> config(spec.shares.size());
+  if (std::any_of(scans.begin(), scans.end(), [](const auto& s) { return s != nullptr; })) {
+    ASSIGN_OR_RETURN(config, ProtectGitConfigPaths(config_shares, HostGitScope(FindHostGit().value_or(""), owners)));
+  }
+  for (size_t i = 0; i < spec.shares.size(); ++i) {
+    const JailShare& share = spec.shares[i];
     targets_.push_back({i, "", true, share.read_only});
-    mounts_.push_back({share.host_path, "", true, share.read_only, idmap >= 0});
-    if (status.ok() && !share.read_only) {
-      auto scan = ScanShare(share.host_path, fd);
-      if (scan.ok()) {
-        for (const ShareMountTarget& t : scan->targets) {
-          targets_.push_back({i, t.relative, t.directory, t.read_only});
-          mounts_.push_back({share.host_path, t.relative, t.directory, t.read_only, false});
-        }
-        guard_.git_dirs.push_back(std::move(scan->git_dirs));
-      } else {
-        status = scan.error();
-      }
-    } else if (status.ok()) {
+    mounts_.push_back({share.host_path, "", true, share.read_only, idmap_fds_[i] >= 0});
+    if (!scans[i]) {
       guard_.git_dirs.emplace_back();
+      guard_.protected_paths.emplace_back();
+      continue;
     }
-    close(fd);
-    RETURN_IF_ERROR(status);
+    std::vector<ShareMountTarget> targets = scans[i]->targets;
+    targets.insert(targets.end(), config[i].targets.begin(), config[i].targets.end());
+    for (const ShareMountTarget& t : targets) {
+      targets_.push_back({i, t.relative, t.directory, t.read_only});
+      mounts_.push_back({share.host_path, t.relative, t.directory, t.read_only, false});
+    }
+    guard_.git_dirs.push_back(std::move(scans[i]->git_dirs));
+    guard_.protected_paths.push_back(std::move(config[i].guarded));
   }
   // Idmapping namespaces outlive Prepare through idmap_fds_ (several shares may hold one).
-  bool any_rw = false;
-  for (const JailShare& share : spec.shares) any_rw = any_rw || !share.read_only;
-  if (!any_rw) guard_.git_dirs.clear();
+  if (std::all_of(scans.begin(), scans.end(), [](const auto& s) { return s == nullptr; })) {
+    guard_.git_dirs.clear();
+    guard_.protected_paths.clear();
+  }
   return OkStatus();
 }
 

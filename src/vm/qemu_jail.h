@@ -45,9 +45,14 @@
 // otherwise); as root the namespaces and the guard always apply and Landlock is added where the
 // kernel has it (QEMU already runs under a uid that owns nothing).
 //
+// What host git's configuration names in a read-write share (a husky core.hooksPath, an include
+// target, an fsmonitor or filter script: vm/share_git_config.h) is pinned read-only too where it
+// exists, and guarded by the share guard where it does not; a configuration that cannot be read
+// refuses the boot.
+//
 // Not covered (docs/threat-model.md): files other host tools act on when a folder is opened
-// (.vscode/, .idea/, .envrc), and host git config of the user's own that runs a program from
-// inside the repository (a core.hooksPath in the worktree, as husky sets).
+// (.vscode/, .idea/, .envrc), and configuration the user changes while QEMU runs (read at the
+// next boot).
 #pragma once
 
 #include <sys/types.h>
@@ -99,8 +104,9 @@ struct JailMount {
 
 class QemuJail {
  public:
-  // Checks the shares, finds what to mount in them (vm/share_scan.h), makes the user namespaces
-  // (root), builds the Landlock ruleset and the guard's filter. Refuses (kFailedPrecondition,
+  // Checks the shares, finds what to mount in them (vm/share_scan.h, vm/share_git_config.h: runs
+  // host git to list its configuration), makes the user namespaces (root), builds the Landlock
+  // ruleset and the guard's filter. Refuses (kFailedPrecondition,
   // with a hint) what it cannot jail.
   static Result<std::unique_ptr<QemuJail>> Prepare(const JailSpec& spec);
   ~QemuJail();

@@ -185,7 +185,8 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
 
   // Runs kScript in the jail; as the non-root user when the caller is not root. Returns each
   // "NAME ok|denied" line as a map, and the jail's mounts in *mounts.
-  std::map<std::string, std::string> RunJailed(std::vector<JailMount>* mounts, std::string* log) {
+  std::map<std::string, std::string> RunJailed(std::vector<JailMount>* mounts, std::string* log,
+                                               const char* script = kScript) {
     std::string out = root_ + "/out.txt";
     Write(out, "", 0666);
     int pipefd[2];
@@ -202,6 +203,8 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
       int wt = open(wt_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       int ro = open(ro_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (proj < 0 || wt < 0 || ro < 0) _exit(121);
+      // The user's own HOME, as the shell that runs cloister has it (its git configuration).
+      setenv("HOME", home_.c_str(), 1);
       JailSpec spec;
       spec.shares = {{proj_, proj, false}, {wt_, wt, false}, {ro_, ro, true}};
       if (GetParam()) spec.identity = {true, kQemuUid, kQemuUid, {}};
@@ -230,7 +233,7 @@ class QemuJailTest : public ::testing::TestWithParam<bool> {  // true: the calle
       const QemuJail* j = jail->get();
       so.before_exec = [j] { return j->Enter(); };
       so.before_exec_error = &QemuJail::StepName;
-      auto child = SpawnProcess({"sh", "-c", kScript}, so);
+      auto child = SpawnProcess({"sh", "-c", script}, so);
       if (!child.ok()) _exit(123);
       if (auto guard = (*jail)->StartGuard(*child); !guard.ok()) {
         std::string e = "GUARD " + guard.error().ToString() + "\n";
@@ -380,6 +383,124 @@ TEST_P(QemuJailTest, SharesMapTheOwnerAndNoRepositoryCanAppearBelowThem) {
     host_git(e.path().string(), "log -1");
   }
   EXPECT_FALSE(fs::exists(home_ + "/canary")) << "host git ran the guest's code";
+}
+
+// What the guest tries against the files host git's configuration names (issue 38): hooks in a
+// husky `core.hooksPath` that exists and one that does not yet, include targets (the repository's
+// and the user's global configuration's, present and missing), a `core.fsmonitor` script.
+// Each plants `touch $CANARY.<case>` where host git would run it.
+constexpr const char* kConfigScript = R"SH(
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME=/nonexistent
+try() { name=$1; shift; if "$@" >&2 2>&2; then echo "RESULT $name ok"; else echo "RESULT $name denied"; fi; }
+plant() { printf '#!/bin/sh\ntouch %s\n' "$CANARY.$2" > "$1" && chmod +x "$1"; }
+fsmonitor() { printf '[core]\n\tfsmonitor = "touch %s; false"\n' "$CANARY.$2" >> "$1"; }
+# As QEMU's 9p server writes a file that exists: an open without O_CREAT.
+write_existing() { /usr/bin/python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC); os.write(fd, sys.argv[2].encode())' "$@"; }
+cd /proc/self/fd/$PROJ_FD || exit 99
+try husky-write plant .husky/_/reference-transaction husky
+try husky-new-hook plant .husky/_/post-index-change husky
+swap() { mv husky2/.husky husky2/.husky-old && mkdir -p husky2/.husky/_ && plant husky2/.husky/_/reference-transaction swap; }
+try husky-swap swap
+githooks_mkdir() { mkdir vendor/lib/.githooks && plant vendor/lib/.githooks/reference-transaction githooks; }
+githooks_rename() { mkdir hk2 && plant hk2/reference-transaction rename && mv hk2 hooks2/.githooks; }
+githooks_symlink() { mkdir hk3 && plant hk3/reference-transaction symlink && ln -s ../hk3 hooks3/.githooks; }
+try githooks-mkdir githooks_mkdir
+try githooks-rename githooks_rename
+try githooks-symlink githooks_symlink
+try githooks-case mkdir vendor/lib/.GitHooks
+try include-write fsmonitor .gitconfig-team include
+try include-create fsmonitor .gitconfig-local include-new
+try global-include-create fsmonitor .gitconfig-global global
+try fsmonitor-script plant fsm/tools/fsmonitor.sh fsmonitor
+try fsmonitor-script-open write_existing fsm/tools/fsmonitor.sh "$(printf '#!/bin/sh\ntouch %s\n' "$CANARY.fsmonitor-open")"
+try include-write-open write_existing .gitconfig-team "$(printf '[core]\n\tfsmonitor = "touch %s; false"\n' "$CANARY.include-open")"
+try husky-write-open write_existing .husky/_/pre-commit "$(printf '#!/bin/sh\ntouch %s\n' "$CANARY.husky-open")"
+try fsmonitor-replace sh -c 'cp fsm/tools/fsmonitor.sh x.sh && mv -f x.sh fsm/tools/fsmonitor.sh'
+try read-include cat .gitconfig-team
+try user-hook sh -c 'echo "exit 0" > .husky/pre-commit'
+try beside-hooks sh -c 'mkdir vendor/lib/.githooks-not && echo x > vendor/lib/.githooks-not/f'
+try commit git -c user.name=g -c user.email=g@g commit -q --allow-empty -m in-jail
+try fetch-in-jail git fetch -q "$REMOTE" refs/heads/main:refs/remotes/r/main
+)SH";
+
+// Issue 38: nothing the guest writes makes host git run a file its configuration names in the
+// share: hooks paths (present or not), include targets, fsmonitor scripts; and host `git
+// status`, `git fetch` from a local remote, `git diff` and `git log` run nothing the guest wrote.
+TEST_P(QemuJailTest, HostGitConfigurationNamesNothingTheGuestCanWrite) {
+  const uid_t share_owner = GetParam() ? 0 : kUser;
+  auto host_git = [&](const std::string& dir, const std::string& args) {
+    std::string cmd = "cd '" + dir + "' && HOME='" + home_ + "' GIT_CONFIG_NOSYSTEM=1 git " + args + " 2>&1";
+    std::vector<std::string> argv = {"sh", "-c", cmd};
+    if (!GetParam()) {
+      argv.insert(argv.begin(), {"setpriv", "--reuid=" + std::to_string(kUser), "--regid=" + std::to_string(kUser),
+                                 "--clear-groups"});
+    }
+    auto g = RunProcess(argv);
+    return g.ok() ? g->out : g.error().ToString();
+  };
+  // The user's repositories, as husky and the user's own configuration leave them.
+  ASSERT_EQ(Git(proj_, "config core.hooksPath .husky/_"), "");
+  fs::create_directories(proj_ + "/.husky/_");
+  Write(proj_ + "/.husky/_/pre-commit", "#!/bin/sh\nexit 0\n", 0755);
+  Write(proj_ + "/.husky/pre-commit", "exit 0\n");
+  ASSERT_EQ(Git(proj_ + "/vendor/lib", "config core.hooksPath .githooks"), "");  // not made yet
+  std::map<std::string, std::string> repos = {{"cfg-include", "config include.path ../../.gitconfig-team"},
+                                              {"cfg-missing", "config include.path ../../.gitconfig-local"},
+                                              {"fsm", "config core.fsmonitor tools/fsmonitor.sh"},
+                                              {"plain", "config user.name plain"},
+                                              {"husky2", "config core.hooksPath .husky/_"},
+                                              {"hooks2", "config core.hooksPath .githooks"},
+                                              {"hooks3", "config core.hooksPath .githooks"}};
+  for (const auto& [dir, config] : repos) {
+    fs::create_directories(proj_ + "/" + dir);
+    ASSERT_EQ(Git(proj_ + "/" + dir, "init -q -b main . && git -c user.name=h -c user.email=h@h commit -q --allow-empty -m h"), "");
+    ASSERT_EQ(Git(proj_ + "/" + dir, config), "");
+  }
+  fs::create_directories(proj_ + "/husky2/.husky/_");
+  Write(proj_ + "/husky2/.husky/_/pre-commit", "#!/bin/sh\nexit 0\n", 0755);
+  Write(proj_ + "/.gitconfig-team", "[user]\n\tname = team\n");
+  fs::create_directories(proj_ + "/fsm/tools");
+  Write(proj_ + "/fsm/tools/fsmonitor.sh", "#!/bin/sh\nexit 1\n", 0755);
+  Write(home_ + "/.gitconfig", "[include]\n\tpath = " + proj_ + "/.gitconfig-global\n");
+  ChownTree(proj_, share_owner);
+  lchown((home_ + "/.gitconfig").c_str(), owner_, owner_);
+
+  std::vector<JailMount> mounts;
+  std::string log;
+  auto r = RunJailed(&mounts, &log, kConfigScript);
+  ASSERT_FALSE(r.empty()) << log;
+  for (const char* op : {"read-include", "user-hook", "beside-hooks", "commit", "fetch-in-jail"}) {
+    EXPECT_EQ(r[op], "ok") << op << "\n" << log;
+  }
+  for (const char* op : {"husky-write", "husky-new-hook", "husky-swap", "githooks-mkdir", "githooks-rename",
+                         "githooks-symlink", "githooks-case", "include-write", "include-create",
+                         "global-include-create", "fsmonitor-script", "fsmonitor-replace", "fsmonitor-script-open",
+                         "include-write-open", "husky-write-open"}) {
+    EXPECT_EQ(r[op], "denied") << op << "\n" << log;
+  }
+  for (const char* missing : {"husky2/.husky/_", "vendor/lib/.githooks", "hooks2/.githooks", "hooks3/.githooks",
+                              ".gitconfig-local", ".gitconfig-global",
+                              ".husky/_/reference-transaction", ".husky/_/post-index-change"}) {
+    EXPECT_FALSE(fs::exists(fs::symlink_status(proj_ + "/" + missing))) << missing;
+  }
+  // What the user's git does when it (or an IDE) looks, in every repository.
+  for (const char* dir : {"", "/vendor/lib", "/cfg-include", "/cfg-missing", "/fsm", "/plain", "/husky2", "/hooks2",
+                          "/hooks3"}) {
+    std::string where = proj_ + dir;
+    host_git(where, "status");
+    host_git(where, "fetch -q '" + remote_ + "' refs/heads/main:refs/remotes/host/main");
+    host_git(where, "diff");
+    host_git(where, "log -1");
+  }
+  for (const char* c : {"husky", "swap", "githooks", "rename", "symlink", "include", "include-new", "global",
+                        "fsmonitor", "fsmonitor-open", "include-open"}) {
+    EXPECT_FALSE(fs::exists(home_ + "/canary." + c)) << "host git ran the guest's code planted by " << c;
+  }
+  // The hooks the user's git runs are still the user's.
+  EXPECT_EQ(Read(proj_ + "/.husky/_/pre-commit"), "#!/bin/sh\nexit 0\n");
+  EXPECT_EQ(Read(proj_ + "/husky2/.husky-old/_/pre-commit"), "#!/bin/sh\nexit 0\n");
+  EXPECT_EQ(Read(proj_ + "/fsm/tools/fsmonitor.sh"), "#!/bin/sh\nexit 1\n");
+  EXPECT_EQ(Read(proj_ + "/.gitconfig-team"), "[user]\n\tname = team\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Caller, QemuJailTest, ::testing::Values(false, true),

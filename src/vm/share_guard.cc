@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "vm/share_policy.h"
+#include "vm/share_protect.h"
 #include "vm/share_scan.h"
 
 #ifndef __NR_fchmodat2
@@ -147,8 +148,13 @@ pid_t ThreadGroup(pid_t qemu, pid_t tid) {
 
 class Guard {
  public:
-  Guard(const ShareGuardConfig& config, Fd listener, std::set<uint64_t> mounts, std::set<uint64_t> pins)
-      : config_(config), listener_(std::move(listener)), mounts_(std::move(mounts)), pins_(std::move(pins)) {}
+  Guard(const ShareGuardConfig& config, Fd listener, std::set<uint64_t> mounts, std::set<uint64_t> pins,
+        ProtectedNames names)
+      : config_(config),
+        listener_(std::move(listener)),
+        mounts_(std::move(mounts)),
+        pins_(std::move(pins)),
+        names_(std::move(names)) {}
 
   void Run() {
     // SECURITY: as root, this thread acts on files as QEMU's uid and gid, with no supplementary
@@ -304,12 +310,34 @@ class Guard {
     return MountId(fd.fd, &root) != 0 && root;
   }
 
-  // The new name may be made where it lands (vm/share_policy.h).
-  static int Allowed(const Where& w) {
-    return CheckNewName(w.name, w.context, [&] {
-      struct stat st;
-      return fstatat(w.dir.fd, "HEAD", &st, AT_SYMLINK_NOFOLLOW) == 0;
-    });
+  // The new name may be made where it lands (vm/share_policy.h), and is no path host git's
+  // configuration names nor on the way to one but as a directory (vm/share_protect.h).
+  int Allowed(const Where& w, bool mkdir = false) const {
+    if (int e = CheckNewName(w.name, w.context, [&] {
+          struct stat st;
+          return fstatat(w.dir.fd, "HEAD", &st, AT_SYMLINK_NOFOLLOW) == 0;
+        })) {
+      return e;
+    }
+    if (names_.empty()) return 0;
+    struct stat dir;
+    if (fstat(w.dir.fd, &dir) != 0) return EPERM;
+    return names_.Check({dir.st_dev, dir.st_ino}, w.name, mkdir);
+  }
+
+  // A directory made: it carries the rest of any protected path through its name.
+  Reply Mkdir(const Where& w, mode_t mode) {
+    if (mkdirat(w.dir.fd, w.name.c_str(), mode) != 0) return Errno(errno);
+    if (names_.empty()) return Reply{};
+    struct stat dir, made;
+    if (fstat(w.dir.fd, &dir) != 0 || fstatat(w.dir.fd, w.name.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISDIR(made.st_mode)) {
+      // Served one at a time: nothing QEMU does moves it meanwhile but rmdir; undo if unsure.
+      unlinkat(w.dir.fd, w.name.c_str(), AT_REMOVEDIR);
+      return Errno(EIO);
+    }
+    names_.Made({dir.st_dev, dir.st_ino}, w.name, {made.st_dev, made.st_ino});
+    return Reply{};
   }
 
   Reply Handle(const seccomp_notif& req) {
@@ -355,11 +383,11 @@ class Guard {
     const bool exchange = c.op == Call::kRename && (c.flags & RENAME_EXCHANGE);
     if (int e = Resolve(task, c.dfd, path, &w)) return Errno(e);
     if (c.op != Call::kLink && c.op != Call::kRename && c.op != Call::kOpen) {
-      if (int e = Allowed(w)) return Errno(e);
+      if (int e = Allowed(w, c.op == Call::kMkdir)) return Errno(e);
     }
     switch (c.op) {
       case Call::kMkdir:
-        return FromCall(mkdirat(w.dir.fd, w.name.c_str(), c.mode));
+        return Mkdir(w, c.mode);
       case Call::kMknod: {
         mode_t type = c.mode & S_IFMT;
         if ((type != 0 && type != S_IFREG && type != S_IFIFO && type != S_IFSOCK) || (c.mode & (S_ISUID | S_ISGID))) {
@@ -433,7 +461,38 @@ class Guard {
   Fd listener_;
   std::set<uint64_t> mounts_;  // every mount of the shares in QEMU's namespace
   std::set<uint64_t> pins_;    // the git dirs' mounts
+  ProtectedNames names_;       // what host git's configuration names
 };
+
+// The protected paths of share `view`, each from the share's top down as far as it exists.
+Status AddProtected(int view, const std::vector<std::string>& paths, ProtectedNames* names) {
+  struct stat st;
+  if (fstat(view, &st) != 0) return ErrnoError("share guard: stat a share", errno);
+  const DirId top{st.st_dev, st.st_ino};
+  for (const std::string& rel : paths) {
+    std::vector<std::string> parts;
+    for (size_t at = 0; at <= rel.size();) {
+      size_t slash = rel.find('/', at);
+      if (slash == std::string::npos) slash = rel.size();
+      parts.push_back(rel.substr(at, slash - at));
+      at = slash + 1;
+    }
+    for (const std::string& part : parts) {
+      if (!IsOneComponent(part)) return Error(ErrorCode::kInternal, "share guard: bad protected path " + rel);
+    }
+    names->Add(top, parts);
+    DirId dir = top;
+    Fd at(dup(view));
+    for (size_t i = 0; i + 1 < parts.size() && at.fd >= 0; ++i) {
+      Fd next(openat(at.fd, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (next.fd < 0 || fstat(next.fd, &st) != 0) break;
+      names->Made(dir, parts[i], {st.st_dev, st.st_ino});
+      dir = {st.st_dev, st.st_ino};
+      at = std::move(next);
+    }
+  }
+  return OkStatus();
+}
 
 // The listener, then one directory fd per share, in one message.
 Status ReceiveFds(int sock, size_t shares, Fd* listener, std::vector<Fd>* views) {
@@ -483,7 +542,9 @@ Status StartShareGuard(int sock_fd, const ShareGuardConfig& config) {
   std::vector<Fd> views;
   RETURN_IF_ERROR(ReceiveFds(sock.fd, config.git_dirs.size(), &listener, &views));
   std::set<uint64_t> roots, pins;
+  ProtectedNames names;
   for (size_t i = 0; i < views.size(); ++i) {
+    if (i < config.protected_paths.size()) RETURN_IF_ERROR(AddProtected(views[i].fd, config.protected_paths[i], &names));
     uint64_t root = MountId(views[i].fd);
     if (root == 0) return Error(ErrorCode::kUnavailable, "share guard: no mount id (statx STATX_MNT_ID)");
     roots.insert(root);
@@ -496,7 +557,8 @@ Status StartShareGuard(int sock_fd, const ShareGuardConfig& config) {
   }
   std::set<uint64_t> mounts = Descendants(config.qemu, roots);
   if (mounts.size() < roots.size()) return Error(ErrorCode::kInternal, "share guard: QEMU's mount table lacks the shares");
-  auto guard = std::make_shared<Guard>(config, std::move(listener), std::move(mounts), std::move(pins));
+  auto guard = std::make_shared<Guard>(config, std::move(listener), std::move(mounts), std::move(pins),
+                                       std::move(names));
   // Detached: it ends when QEMU exits (the listener hangs up) and holds only what it was given.
   std::thread([guard] { guard->Run(); }).detach();
   return OkStatus();

@@ -13,7 +13,9 @@
 // the supervisor runs without QEMU's Landlock domain, so this is what keeps the guard from making
 // or opening anything QEMU could not. Only single-component names are served; AT_FDCWD, absolute
 // paths and the calls without a directory fd are refused (QEMU's 9p server never makes them).
-// Opens always add O_NOFOLLOW.
+// Opens always add O_NOFOLLOW. The paths host git's configuration names (hook directories,
+// include targets, scripts) are refused too, where they are missing and on the way to them
+// (vm/share_protect.h).
 //
 // The same filter refuses (EPERM, in the kernel) setting the set-user-ID bit anywhere (chmod,
 // fchmod, fchmodat, fchmodat2), and notifies set-group-ID so that only a directory gets it: a
@@ -48,6 +50,10 @@ struct ShareGuardConfig {
   // Per share (in the order the jail sent their fds): the git dirs the jail pinned, relative to
   // the share ("" = the share itself).
   std::vector<std::vector<std::string>> git_dirs;
+  // Per share (same order, or shorter): paths relative to the share that host git's
+  // configuration names (vm/share_git_config.h): no name on the way to one is made but by mkdir,
+  // and none at its end (vm/share_protect.h).
+  std::vector<std::vector<std::string>> protected_paths;
   // The uid/gid QEMU runs under when the supervisor is root (the guard thread drops to it for
   // good); nullopt: the supervisor already is QEMU's uid.
   std::optional<uid_t> uid;

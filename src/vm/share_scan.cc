@@ -77,6 +77,7 @@ class Scanner {
             RETURN_IF_ERROR(Protect(rel, 0));
           } else if (S_ISREG(e.mode)) {
             Add(rel, false, true);  // a gitdir: redirect, read-only
+            scan_.gitfiles.push_back(rel);
           } else {
             return RefuseShare(share_, rel + " is neither a directory nor a regular file");
           }

@@ -41,6 +41,8 @@ struct ShareScan {
   // The git dirs ("" = the share itself): the guard's "inside a git dir" is "on one of these
   // mounts".
   std::vector<std::string> git_dirs;
+  // The `.git` files (gitfiles: a linked worktree's or a submodule checkout's), relative.
+  std::vector<std::string> gitfiles;
 };
 
 // `share_fd`: an O_PATH or O_RDONLY directory fd of the share, `share` its path (for messages).
