@@ -7,9 +7,13 @@
 //      vm/share_guard.h serving every create, rename and link from this process);
 //   3. the syscalls 9p's security_model=mapped-xattr would add instead (4 setxattr after a create,
 //      4 getxattr per stat), as a plain process: the alternative to idmapping this issue weighed.
+// The folder is a git repository whose configuration names a hook directory and an include
+// target in it that do not exist (as husky and a team configuration leave a project), so that the
+// share guard checks every name made against what host git's configuration names (issue 38).
 // Operations: create (openat O_CREAT + close), mkdir, rename, stat (fstatat), each N times,
 // median of R runs; and the boot-time walk of a share (vm/share_scan.h) over a tree of D
-// directories holding a few git dirs.
+// directories holding a few git dirs, then the reading of host git's configuration for them
+// (vm/share_git_config.h).
 // Usage: share_bench [--smoke] [--markdown] [N] [D] [DIR]   (--smoke: N = 200, D = 200, 3 runs;
 // DIR: where the folders go, default /dev/shm: tmpfs, so that the figures show what the jail adds
 // rather than the disk's noise; pass a directory on ext4 or xfs to see both)
@@ -25,6 +29,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +38,7 @@
 #include "vm/process.h"
 #include "vm/qemu_access.h"
 #include "vm/qemu_jail.h"
+#include "vm/share_git_config.h"
 #include "vm/share_scan.h"
 #include "report.h"
 
@@ -179,8 +186,8 @@ void MakeTree(const std::string& root, int dirs) {
     fs::create_directories(root + g + "/objects");
     fs::create_directories(root + g + "/refs");
     fs::create_directories(root + g + "/hooks");
-    std::fclose(std::fopen((root + g + "/HEAD").c_str(), "w"));
-    std::fclose(std::fopen((root + g + "/config").c_str(), "w"));
+    std::ofstream(root + g + "/HEAD") << "ref: refs/heads/main\n";
+    std::ofstream(root + g + "/config") << "[core]\n\trepositoryformatversion = 0\n\thooksPath = .husky/_\n";
   }
 }
 
@@ -205,6 +212,9 @@ int main(int argc, char** argv) {
   std::string root = tmpl;
   std::string dir = root + "/share";
   fs::create_directories(dir);
+  auto repo = RunProcess({"sh", "-c", "cd '" + dir + "' && git init -q && git config core.hooksPath .githooks && "
+                          "git config include.path ../local.gitconfig"});
+  if (!repo.ok() || repo->exit_code != 0) Fail("git init in " + dir);
 
   Figures plain, jailed, xattr;
   for (int r = 0; r < runs; ++r) {  // alternating, so drift of the machine hits all three alike
@@ -229,6 +239,23 @@ int main(int argc, char** argv) {
     if (!scan.ok()) Fail(scan.error().ToString());
     targets = scan->targets.size();
   }
+  // Then what host git's configuration names in it (vm/share_git_config.h): one git run per
+  // repository and per home.
+  std::vector<double> configs;
+  std::optional<std::string> git = FindHostGit();
+  GitConfigScope scope = HostGitScope(git.value_or(""), {geteuid()});
+  size_t repos = 0;
+  for (int r = 0; git && r < runs; ++r) {
+    int fd = open(tree.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    auto scan = ScanShare(tree, fd);
+    if (!scan.ok()) Fail(scan.error().ToString());
+    repos = scan->git_dirs.size() + scan->gitfiles.size();
+    auto t0 = Clock::now();
+    auto config = ProtectGitConfigPaths({{tree, fd, false, &*scan}}, scope);
+    configs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    close(fd);
+    if (!config.ok()) Fail(config.error().ToString());
+  }
   fs::remove_all(root);
 
   std::string who = (geteuid() == 0 ? "root (QEMU's own uid, share idmapped)" : std::string("a user (user namespace)")) +
@@ -242,7 +269,8 @@ int main(int argc, char** argv) {
   bench::Report report("share_bench",
                        "Shared folders (issue 38): microseconds per file operation in a share, as a "
                        "plain process, jailed exactly as QEMU (user namespace, idmapped share as root, "
-                       "Landlock, the share guard serving creates/renames), and with the syscalls 9p's "
+                       "Landlock, the share guard serving creates/renames and checking each name against "
+                       "what host git's configuration names), and with the syscalls 9p's "
                        "mapped-xattr model would add; then the boot-time walk of a share.",
                        {"operation", "plain (µs)", "jailed (µs)", "mapped-xattr syscalls (µs)"});
   for (int k = 0; k < 4; ++k) {
@@ -254,11 +282,16 @@ int main(int argc, char** argv) {
   double scan = Median(scans);
   std::printf("walk of a share: %zu directories (%zu files), %zu mounts to make: %.1f ms\n", tree_dirs,
               tree_files, targets, scan);
+  std::string config = configs.empty() ? "n/a (no git)" : bench::Num("%.1f ms", Median(configs));
+  std::printf("host git's configuration for its %zu repositories and %zu homes: %s\n", repos, scope.homes.size(),
+              config.c_str());
   if (!g_unavailable.empty()) report.Note("Jailed: not measured here (" + g_unavailable + ").");
   report.Note(bench::Num("%d operations of each kind per run, median of %d runs, alternating; as %s.", n, runs,
                          who.c_str()));
   report.Note(bench::Num("Boot-time walk of a share of %zu directories and %zu files with 4 git dirs "
                          "(warm cache): %.1f ms, %zu mounts to make.", tree_dirs, tree_files, scan, targets));
+  report.Note(bench::Num("Reading host git's configuration for its %zu repositories and %zu home(s) (one git "
+                         "run each, every include followed): ", repos, scope.homes.size()) + config + ".");
   if (bench::Report::Wanted(argc, argv)) report.Print(argc, argv);
   return 0;
 }

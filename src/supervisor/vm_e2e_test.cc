@@ -69,17 +69,31 @@ std::map<std::string, std::string> Snapshot(const std::string& root) {
 
 using testing::WaitFor;
 
+// Issue 38, host git's own configuration: the shared repository as a husky project and a team
+// leave it, before the boot: core.hooksPath=.husky holding a pre-commit hook, include.path naming
+// a team file in the working tree and a local one not made yet, core.fsmonitor a script in the
+// working tree. A shell command the repository's owner runs in it.
+constexpr const char* kHostGitConfigSetup =
+    "mkdir -p .husky tools && printf '#!/bin/sh\\nexit 0\\n' > .husky/pre-commit && "
+    "printf '#!/bin/sh\\nexit 1\\n' > tools/fsmonitor.sh && chmod 755 .husky/pre-commit tools/fsmonitor.sh && "
+    "printf '[user]\\n\\tname = team\\n' > team.gitconfig && git config core.hooksPath .husky && "
+    "git config include.path ../team.gitconfig && git config --add include.path ../local.gitconfig && "
+    "git config core.fsmonitor tools/fsmonitor.sh";
+
 // Issue 38: what the guest's own user does in a shared repository (create, edit, commit, with no
 // safe.directory and not as the guest's root), then every way it might plant a repository that
 // host git would use: `git init` below the share, a `.git` made by mkdir, rename, symlink or a
-// `.git` file pointing to a guest-made git dir, a bare-repository shape, and a setuid file. One
-// "NAME ok|denied" line each, then SHARED-REPO-DONE. `canary` is a host path: host git touching
-// it means it ran the guest's code.
+// `.git` file pointing to a guest-made git dir, a bare-repository shape, and a setuid file; then
+// what kHostGitConfigSetup's configuration runs: the husky hook changed, a new hook, the hook
+// directory swapped, the included file written and the missing one made, the fsmonitor script
+// written and replaced; and files beside them. One "NAME ok|denied" line each, then
+// SHARED-REPO-DONE. `canary` is a host path: host git touching it means it ran the guest's code.
 std::string SharedRepoGuestScript(const std::string& dir, const std::string& canary) {
   return "cd " + dir + " || exit 90\n"
          "try() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n ok\"; else echo \"$n denied\"; fi; }\n"
          "g() { git -c user.name=g -c user.email=g@g \"$@\"; }\n"
          "printf '[core]\\n\\tfsmonitor = \"touch " + canary + "; false\"\\n\\tpager = \"touch " + canary + "; cat\"\\n' > /tmp/evil.cfg\n"
+         "printf '#!/bin/sh\\ntouch " + canary + "\\nexit 1\\n' > /tmp/evil.sh && chmod 755 /tmp/evil.sh\n"
          "echo \"uid $(id -u)\"\n"
          "try create sh -c 'echo one > guest-file.txt'\n"
          "try edit sh -c 'echo two >> guest-file.txt && echo edited >> README'\n"
@@ -97,6 +111,14 @@ std::string SharedRepoGuestScript(const std::string& dir, const std::string& can
          "try symlink-git sh -c 'mkdir -p sl && ln -s ../evil sl/.git'\n"
          "try hardlink-git sh -c 'echo \"gitdir: ../evil\" > hl-src && mkdir -p hl && ln hl-src hl/.git'\n"
          "try setuid sh -c 'cp /bin/true suid-file && chmod u+s suid-file'\n"
+         "try husky-modify sh -c 'cat /tmp/evil.sh > .husky/pre-commit'\n"
+         "try husky-create cp /tmp/evil.sh .husky/post-checkout\n"
+         "try husky-swap sh -c 'mv .husky .husky-old && mkdir .husky && cp /tmp/evil.sh .husky/pre-commit'\n"
+         "try include-write sh -c 'cat /tmp/evil.cfg >> team.gitconfig'\n"
+         "try include-create cp /tmp/evil.cfg local.gitconfig\n"
+         "try fsmonitor-write sh -c 'cat /tmp/evil.sh > tools/fsmonitor.sh'\n"
+         "try fsmonitor-replace sh -c 'cp /tmp/evil.sh tools/x.sh && mv -f tools/x.sh tools/fsmonitor.sh'\n"
+         "try beside-config sh -c 'echo x > tools/notes && echo y > team.gitconfig.orig'\n"
          "echo SHARED-REPO-DONE\n";
 }
 
@@ -126,16 +148,28 @@ void ExpectSharedRepoSafe(const std::string& repo, uid_t owner, const std::strin
   }
   for (const char* op : {"nested-init", "nested-config", "nested-mkdir", "nested-mkdir-case",
                          "bare-shape", "gitfile", "rename-to-git", "symlink-git",
-                         "hardlink-git", "setuid"}) {
+                         "hardlink-git", "setuid", "husky-modify", "husky-create", "husky-swap",
+                         "include-write", "include-create", "fsmonitor-write", "fsmonitor-replace"}) {
     EXPECT_EQ(r[op], "denied") << op << "\n" << guest_out;
   }
+  // What host git's configuration runs or reads is as the owner left it; beside it, the guest writes.
+  EXPECT_EQ(r["beside-config"], "ok") << guest_out;
+  auto read = [&](const char* rel) {
+    auto text = Env::Default()->ReadFile(repo + "/" + rel, 1 << 20);
+    return text.ok() ? *text : text.error().ToString();
+  };
+  EXPECT_EQ(read(".husky/pre-commit"), "#!/bin/sh\nexit 0\n");
+  EXPECT_EQ(read("tools/fsmonitor.sh"), "#!/bin/sh\nexit 1\n");
+  EXPECT_EQ(read("team.gitconfig"), "[user]\n\tname = team\n");
+  EXPECT_EQ(read("tools/notes"), "x\n");
   for (const char* made : {"guest-file.txt", "guest-dir", "guest-dir/deep/f", "README"}) {
     struct stat st;
     ASSERT_EQ(lstat((repo + "/" + made).c_str(), &st), 0) << made;
     EXPECT_EQ(st.st_uid, owner) << made;
   }
   for (const char* planted : {"nested/.git", "nested2/.git", "nested3/.Git", "evil/HEAD", "gf/.git",
-                              "rn/.git", "sl/.git", "hl/.git"}) {
+                              "rn/.git", "sl/.git", "hl/.git", ".husky/post-checkout", ".husky-old",
+                              "local.gitconfig"}) {
     EXPECT_FALSE(fs::exists(fs::symlink_status(repo + "/" + planted))) << planted;
   }
   auto host_git = [&](const std::string& dir, const std::string& args) {
@@ -148,6 +182,10 @@ void ExpectSharedRepoSafe(const std::string& repo, uid_t owner, const std::strin
   EXPECT_EQ(status.find("dubious"), std::string::npos) << status;
   EXPECT_NE(host_git(repo, "log --oneline -1 main").find("guest-commit"), std::string::npos);
   EXPECT_NE(host_git(repo, "branch").find("shared-branch"), std::string::npos);
+  // The hooks a host commit and checkout run (status and diff below run the fsmonitor script and
+  // read the includes).
+  EXPECT_EQ(host_git(repo, "hook run pre-commit"), "");
+  EXPECT_EQ(host_git(repo, "hook run --ignore-missing post-checkout"), "");
   std::string gitdir = host_git(repo, "rev-parse --absolute-git-dir");
   for (const auto& e : fs::recursive_directory_iterator(repo)) {
     if (e.is_symlink() || !e.is_directory()) continue;
@@ -632,7 +670,8 @@ TEST_F(VmE2eTest, AuditResidueNeedsARunningVmAndAFreshWorkspaceIsClean) {
 
 // One workspace, two boots: `start -d` returns while the guest is still booting; QEMU runs under
 // the workspace's own unprivileged uid with its seccomp filter (as root, as CI runs); in a share
-// the guest's user acts as the folder's owner (root's folders here) and no further; `exec -it`
+// the guest's user acts as the folder's owner (root's folders here, and a repository of a third
+// uid's) and no further; `exec -it`
 // gets a pty with the caller's window size and a resize reaches the guest; SIGINT and SIGTERM to
 // `cloister exec` reach the guest command and its exit code says so; `reboot` ends guest
 // processes, keeps home, takes a new proven-boot checkpoint, and the agent answers again (still
@@ -659,8 +698,22 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
   fs::create_directories(repo);
   ASSERT_TRUE(Env::Default()->WriteFile(repo + "/README", "host\n").ok());
   ASSERT_EQ(host_git("init -q -b main . && git add README && git commit -q -m host"), "");
+  auto configured = RunProcess({"sh", "-c", "cd " + repo + " && " + kHostGitConfigSetup});
+  ASSERT_TRUE(configured.ok() && configured->exit_code == 0);
+  // A repository of a third owner's (uid 4242: neither the caller nor the guest's 1000), beside
+  // the test root (which is closed to 4242) so that its owner's git can reach it afterwards.
+  struct RemoveAll {
+    std::string dir;
+    ~RemoveAll() { std::error_code ec; fs::remove_all(dir, ec); }
+  } third_root{root_ + "-third"};
+  std::string third = third_root.dir + "/repo";
+  fs::create_directories(third);
+  auto third_made = RunProcess({"sh", "-c", "cd " + third + " && GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null "
+                                "git init -q -b main . && echo third > README && git add README && "
+                                "git -c user.name=h -c user.email=h@h commit -q -m host && chown -R 4242:4242 ."});
+  ASSERT_TRUE(third_made.ok() && third_made->exit_code == 0);
   Create("hq", {Volume{rw, "/mnt/rw", false}, Volume{other, "/mnt/other", false},
-                Volume{repo, "/mnt/repo", false}});
+                Volume{repo, "/mnt/repo", false}, Volume{third, "/mnt/third", false}});
 
   // Issue 15 item 3: a key the user exported in the shell that runs cloister reaches neither the
   // supervisor nor QEMU (supervisor/environment.h).
@@ -777,6 +830,25 @@ TEST_F(VmE2eTest, StartDetachedHardenedQemuExecTtySignalsAndReboot) {
     EXPECT_NE(out.find("SHARED-REPO-DONE"), std::string::npos) << out;
     ExpectSharedRepoSafe(repo, 0, canary, out, [](std::vector<std::string> argv) { return argv; });
   }
+  // The third owner's repository: the guest's own user commits, and reads status and log, as its
+  // owner; what it made is 4242's on the host, and 4242's git uses it with no complaint.
+  {
+    std::string out = Exec("hq", "cd /mnt/third && echo guest > third.txt && git add -A && "
+                           "git -c user.name=g -c user.email=g@g commit -q -m third-commit && "
+                           "git status --porcelain && git log --format=%s -1 && stat -c %u third.txt",
+                           &code);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_EQ(out, "third-commit\n1000\n");
+    struct stat st;
+    ASSERT_EQ(stat((third + "/third.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 4242u);
+    auto owner_git = RunProcess({"setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "env", "-i",
+                                 "HOME=/nonexistent", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "sh", "-c",
+                                 "cd " + third + " && GIT_CONFIG_NOSYSTEM=1 git status --porcelain 2>&1 && "
+                                 "git log --format=%s 2>&1"});
+    ASSERT_TRUE(owner_git.ok());
+    EXPECT_EQ(owner_git->out, "third-commit\nhost\n");
+  }
 
   // exec -it: the caller's window size, then a resize.
   {
@@ -891,7 +963,7 @@ TEST_F(VmE2eTest, NonRootCliRunsQemuInItsOwnNamespacesUnderTheJail) {
   auto made = RunProcess(as_user({"sh", "-c",
       "mkdir -p ~/.ssh " + repo + " && echo PLANTED > ~/.ssh/id_ed25519 && chmod 600 ~/.ssh/id_ed25519 && "
       "cd " + repo + " && git init -q -b main . && echo host > README && git add README && "
-      "git -c user.name=h -c user.email=h@h commit -q -m host"}));
+      "git -c user.name=h -c user.email=h@h commit -q -m host && " + kHostGitConfigSetup}));
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.error().ToString());
   // The build tree may be closed to other users (a CI clone under /root): then the user gets
   // copies of the binaries and the image.
