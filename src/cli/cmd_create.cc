@@ -1,6 +1,9 @@
+#include <optional>
+
 #include "base/agent_tools.h"
 #include "base/strings.h"
 #include "cli/commands.h"
+#include "cli/devcontainer_image.h"
 #include "cli/store_verbs.h"
 #include "cli/port_flags.h"
 
@@ -16,6 +19,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     std::vector<std::string> publish;
     bool auto_ports = false;
     bool json = false;
+    DevcontainerFlags devcontainer;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name (a-z, 0-9, '.', '_', '-'; up to 63)")->required();
@@ -54,7 +58,20 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
                 "127.0.0.1, on a host port the host picks, never the guest's number (`cloister port "
                 "NAME ls`, `describe`, the dashboard and a line on the attach terminal show it)");
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
+  AddDevcontainerFlags(cmd, o->devcontainer, true);
   cmd->callback([&cli, o] {
+    // --devcontainer: the image built (or reused) first; its forwardPorts join -p, its
+    // environment, user and lifecycle commands go into the config (devcontainer/workspace.h).
+    std::optional<DevcontainerImage> dc;
+    if (o->devcontainer.Given()) {
+      auto built = DevcontainerForCreate(cli, o->devcontainer, o->name, o->image, o->publish);
+      if (!built.ok()) {
+        cli.Fail(built.error());
+        return;
+      }
+      dc = std::move(*built);
+      o->image = dc->entry.name;
+    }
     CreateRequest req;
     req.name = o->name;
     req.image = o->image;
@@ -95,6 +112,10 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
       cli.Fail(st.error());
       return;
     }
+    if (Status st = dc ? RecordDevcontainer(**store, c->name, *dc) : OkStatus(); !st.ok()) {
+      cli.Fail(st.error());
+      return;
+    }
     if (auto reloaded = (*store)->LoadConfig(c->name); reloaded.ok()) c = std::move(reloaded);
     if (o->json) {
       cli.PrintJson(ConfigToJson(*c));
@@ -114,6 +135,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
               << " sparse ext4)\n"
               << "  MAC:         " << c->mac << "\n"
               << "  tool:        " << c->tool << "\n";
+    if (dc) cli.out() << DevcontainerSummary(*dc);
   });
 }
 

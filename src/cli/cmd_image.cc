@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/store_verbs.h"
+#include "cli/devcontainer_image.h"
 #include "cli/image_from_plan.h"
 #include "image/builder.h"
 #include "image/oci/build_plan.h"
@@ -152,12 +153,49 @@ Status WriteExportCatalog(CatalogStore& store, const std::string& dir, const std
                                   catalog::SerializeSignature({key.key_id(), sig}), 0644);
 }
 
+// The builder VM's flags, shared by --from and --devcontainer.
+void AddBuilderVmFlags(CLI::App* cmd, FromOpts& from) {
+  cmd->add_option("--name", from.name,
+                  "With --from or --devcontainer: the image's name in the catalog (default: the "
+                  "repository's or file's base name; dc-REPO for a devcontainer)");
+  cmd->add_option("--disk-size", from.disk_size,
+                  "With --from or --devcontainer: the image's disk size (e.g. 2G; default 8G, "
+                  "sparse)");
+  cmd->add_option("--run", from.run,
+                  "With --from: a shell command run as root in the image's rootfs inside the "
+                  "builder VM, after the source is unpacked (like a Dockerfile's RUN; repeat it "
+                  "for several, in order); its egress goes through the builder's proxy");
+  cmd->add_flag("--verbose", from.verbose,
+                "With --from or --devcontainer: every line of the tools' output, the --run "
+                "commands', the Dockerfile's steps' and the Features' install.sh");
+  cmd->add_option("--accel", from.accel,
+                  "With --from or --devcontainer: the builder VM's accelerator: auto, kvm or tcg")
+      ->capture_default_str();
+}
+
+// `image build --devcontainer`: with --name, --verbose, --accel and --disk-size; another
+// source's flags (`other`: --test, --browser, --builder, --out; --from, --run) are refused.
+void RunDevcontainerBuild(Cli& cli, DevcontainerFlags flags, const FromOpts& from, bool other) {
+  if (other || !from.from.empty() || !from.run.empty()) {
+    cli.Fail(Error(ErrorCode::kInvalidArgument,
+                   "--devcontainer builds the devcontainer's image into the local catalog",
+                   "drop --from, --run, --test, --browser, --builder and --out"));
+    return;
+  }
+  flags.name = from.name;
+  flags.verbose = from.verbose;
+  flags.accel = from.accel;
+  flags.disk_size = from.disk_size;
+  RunImageBuildDevcontainer(cli, flags);
+}
+
 void AddBuild(CLI::App& image, Cli& cli) {
   struct Opts {
     bool test = false;
     bool browser = false;
     bool builder = false;
     FromOpts from;
+    DevcontainerFlags devcontainer;
     std::string out;
     std::string channel = "published";
   };
@@ -183,25 +221,18 @@ void AddBuild(CLI::App& image, Cli& cli) {
                   "oci-archive:PATH, docker-archive:PATH or oci:DIR[:REF]; cloister's kernel, "
                   "init, boot hook and agent are added")
       ->excludes(test_flag);
-  cmd->add_option("--name", o->from.name,
-                  "With --from: the image's name in the catalog (default: the repository's or "
-                  "file's base name)");
-  cmd->add_option("--disk-size", o->from.disk_size,
-                  "With --from: the image's disk size (e.g. 2G; default 8G, sparse)");
-  cmd->add_option("--run", o->from.run,
-                  "With --from: a shell command run as root in the image's rootfs inside the "
-                  "builder VM, after the source is unpacked (like a Dockerfile's RUN; repeat it "
-                  "for several, in order); its egress goes through the builder's proxy");
-  cmd->add_flag("--verbose", o->from.verbose,
-                "With --from: every line of the tools' and the --run commands' output");
-  cmd->add_option("--accel", o->from.accel, "With --from: the builder VM's accelerator: auto, kvm or tcg")
-      ->capture_default_str();
+  AddDevcontainerFlags(cmd, o->devcontainer, false);
+  AddBuilderVmFlags(cmd, o->from);
   cmd->add_option("--out", o->out,
                   "Publish to DIR instead of the store: DIR/<name>/ artifacts plus a catalog "
                   "signed by this host's key for --channel, for `image import` elsewhere");
   cmd->add_option("--channel", o->channel, "Channel of the catalog written with --out")
       ->capture_default_str();
   cmd->callback([&cli, o] {
+    if (o->devcontainer.Given()) {
+      bool other = o->test || o->browser || o->builder || !o->out.empty();
+      return RunDevcontainerBuild(cli, o->devcontainer, o->from, other);
+    }
     if (!o->from.from.empty()) {
       if (o->browser || o->builder || !o->out.empty()) {
         cli.Fail(Error(ErrorCode::kInvalidArgument,

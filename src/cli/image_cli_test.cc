@@ -18,6 +18,7 @@
 #include "catalog/store.h"
 #include "catalog/testdata.h"
 #include "cli/cli.h"
+#include "cli/devcontainer_image.h"
 
 namespace cloister::cli {
 namespace {
@@ -326,6 +327,50 @@ TEST_F(ImageCliTest, KeyPrintsAShareablePublicKeyAndKeepsThePrivateOne0600) {
   EXPECT_EQ(Cli({"image", "key"}).out, k.out);  // stable
   EXPECT_EQ(fs::status(store_ + "/keys/publisher.key").permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
+}
+
+// `create --devcontainer`: what is refused is refused before anything is copied or built, and
+// leaves no workspace and nothing in the store (the refusals' end-to-end side of
+// DevcontainerVmTest, without its boots).
+TEST_F(ImageCliTest, CreateFromADevcontainerRefusesBeforeBuilding) {
+  std::string repo = tmp_ + "/repo";
+  fs::create_directories(repo + "/.git");
+  fs::create_directories(repo + "/.devcontainer");
+  auto write = [&](const std::string& text) {
+    std::ofstream(repo + "/.devcontainer/devcontainer.json") << text;
+  };
+  const std::string secret = "ghp_" + std::string(36, 'Q');
+  // No Dockerfile: were the value let through, the build would stop there, before any VM.
+  write(R"({"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"PROJECT_SETTING": ")" +
+        secret + R"("}})");
+  CliRun leak = Cli({"create", "ws", "--devcontainer", repo});
+  EXPECT_NE(leak.code, 0);
+  EXPECT_NE(leak.err.find("devcontainer.json:1: containerEnv \"PROJECT_SETTING\" looks like a "
+                          "credential"),
+            std::string::npos)
+      << leak.err;
+  EXPECT_NE(leak.err.find("cloister cred add"), std::string::npos) << leak.err;
+  EXPECT_EQ((leak.out + leak.err).find(secret), std::string::npos) << leak.err;
+
+  write("{\n  \"image\": \"debian:12\",\n  \"forwardPorts\": [\"db:5432\"]\n}");
+  CliRun bad = Cli({"create", "ws", "--devcontainer", repo});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("devcontainer.json:3"), std::string::npos) << bad.err;
+
+  write(R"({"image": "debian:12"})");
+  CliRun both = Cli({"create", "ws", "--devcontainer", repo, "--image", "test"});
+  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.err.find("--image and --devcontainer"), std::string::npos) << both.err;
+
+  EXPECT_FALSE(fs::exists(store_ + "/workspaces/ws"));
+  if (fs::exists(store_ + "/images")) {
+    for (const auto& e : fs::directory_iterator(store_ + "/images")) ADD_FAILURE() << e.path();
+  }
+}
+
+TEST(DevcontainerPortsTest, ForwardPortsArePublishedOnLoopbackOnly) {
+  EXPECT_EQ(ForwardPortSpecs({3000, 80}),
+            (std::vector<std::string>{"127.0.0.1:3000:3000", "127.0.0.1::80"}));
 }
 
 }  // namespace
