@@ -1,7 +1,10 @@
 // `cloister image ...`: build, list, verify, import and remove base images; show and trust
 // publisher keys. Thin over catalog::CatalogStore (the signed catalog) and image:: (the builders).
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -9,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "base/strings.h"
 #include "catalog/names.h"
@@ -60,6 +64,42 @@ struct FromOpts {
   std::vector<std::string> run;  // --run CMD: a step each
 };
 
+// Ctrl-C, SIGTERM or SIGHUP during `image build --from`: the handler only writes to this pipe;
+// a watcher thread cancels the build (its builder VM stops, nothing half-built is kept) and puts
+// the default actions back, so a second signal ends the command at once.
+int g_build_signal_pipe[2] = {-1, -1};
+
+extern "C" void OnBuildSignal(int) {
+  int saved = errno;
+  (void)!write(g_build_signal_pipe[1], "x", 1);
+  errno = saved;
+}
+
+// Runs `build` with the signals above turned into `cancel`.
+template <typename F>
+auto WithBuildInterrupt(vm::BuilderCancel& cancel, F build) -> decltype(build()) {
+  if (pipe2(g_build_signal_pipe, O_CLOEXEC) != 0) return build();
+  std::thread watcher([&cancel] {
+    char c = 0;
+    while (read(g_build_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    if (c != 'x') return;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+    cancel.Cancel();
+  });
+  struct sigaction sa{}, old[3]{};
+  sa.sa_handler = OnBuildSignal;
+  const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; ++i) sigaction(sigs[i], &sa, &old[i]);
+  auto result = build();
+  (void)!write(g_build_signal_pipe[1], "q", 1);
+  watcher.join();
+  for (int i = 0; i < 3; ++i) sigaction(sigs[i], &old[i], nullptr);
+  close(g_build_signal_pipe[0]);
+  close(g_build_signal_pipe[1]);
+  return result;
+}
+
 void RunFromBuild(Cli& cli, const FromOpts& f) {
   char cwd[4096];
   std::string here = getcwd(cwd, sizeof cwd) ? cwd : "/";
@@ -97,7 +137,9 @@ void RunFromBuild(Cli& cli, const FromOpts& f) {
   po.accel = *accel;
   po.progress = [&cli](const std::string& line) { cli.err() << line << std::endl; };
   auto start = std::chrono::steady_clock::now();
-  auto entry = BuildImageFromPlan(cli, plan, po);
+  vm::BuilderCancel cancel;
+  po.cancel = &cancel;
+  auto entry = WithBuildInterrupt(cancel, [&] { return BuildImageFromPlan(cli, plan, po); });
   if (!entry.ok()) {
     cli.Fail(entry.error());
     return;

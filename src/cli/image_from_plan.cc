@@ -284,6 +284,7 @@ Result<catalog::ImageEntry> BuildImageFromPlan(Cli& cli, const oci::BuildPlan& p
   bo.inputs = Inputs(plan, w + "/in");
   bo.command = {"sh", "-e", std::string(oci::kInputDir) + "/" + oci::kScriptFile};
   bo.accel = accel.accel;
+  bo.cancel = o.cancel;
   bo.progress = [&](const std::string& l) { say("image: " + l); };
   bo.on_output = [&](std::string_view bytes) {
     std::vector<std::string> lines;

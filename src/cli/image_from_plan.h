@@ -21,6 +21,7 @@
 #include "catalog/store.h"
 #include "image/build_util.h"
 #include "image/oci/build_plan.h"
+#include "supervisor/builder_vm.h"
 #include "vm/accel.h"
 
 namespace cloister::cli {
@@ -33,6 +34,7 @@ struct PlanBuildOptions {
   bool verbose = false;                // also the tools' own lines
   vm::AccelMode accel = vm::AccelMode::kAuto;
   uint64_t default_disk_bytes = 8ull << 30;  // when the plan names none
+  vm::BuilderCancel* cancel = nullptr;       // optional: interrupts the build (kCancelled)
 };
 
 // Builds `plan` and signs it into the local catalog; returns the entry signed.

@@ -8,6 +8,7 @@
 //   - a step that reads a host path or connects to the host fails the build (nothing reached the
 //     host's listener), with a clear error, and leaves nothing half-built in the store (that build
 //     reads the image from its layout directory, `oci:DIR:REF`);
+//   - Ctrl-C while the builder boots stops the build and keeps nothing;
 //   - no file outside the store is written by a build (HOME, TMPDIR and XDG dirs watched);
 //   - a workspace from the image reaches READY, runs exec (PID 1 is cloister's init, the step's
 //     file is there) and cp both ways, refuses attach and ssh naming what to add, and `reset`
@@ -245,6 +246,39 @@ TEST_F(ImageOciVmTest, BusyboxImageBuildsReproduciblyStepsAreContainedAndItBoots
   auto bad_ref = Cloister({"image", "build", "--from", "podman://x", "--name", "x"});
   EXPECT_NE(bad_ref.exit_code, 0);
   EXPECT_NE(bad_ref.err.find("unknown transport \"podman\""), std::string::npos) << bad_ref.err;
+
+  // Ctrl-C while the builder VM boots: the build stops, says so, and keeps nothing (no build,
+  // work or builder directory).
+  {
+    int master = -1;
+    pid_t cut = SpawnCloisterOnPty({"image", "build", "--from", "oci-archive:" + archive, "--name",
+                                    "cut", "--disk-size", "64M"},
+                                   &master);
+    ASSERT_GT(cut, 0);
+    std::string seen;
+    bool signalled = false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd mp{master, POLLIN, 0};
+      if (poll(&mp, 1, 500) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<size_t>(n));
+      if (!signalled && seen.find("builder: booting its VM") != std::string::npos) {
+        signalled = kill(cut, SIGINT) == 0;
+      }
+    }
+    close(master);
+    int status = 0;
+    EXPECT_EQ(waitpid(cut, &status, 0), cut);
+    EXPECT_TRUE(signalled) << seen;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << seen;
+    EXPECT_NE(seen.find("the image build was interrupted"), std::string::npos) << seen;
+    EXPECT_FALSE(fs::exists(root_ + "/images/.build-cut"));
+    EXPECT_FALSE(fs::exists(root_ + "/images/.work-cut"));
+    for (const auto& f : FilesUnder(root_ + "/tmp")) ADD_FAILURE() << "left behind: " << f;
+  }
 
   const std::vector<std::string> build = {"image", "build", "--from", "oci-archive:" + archive,
                                           "--name", "bb", "--disk-size", "64M", "--run",

@@ -86,8 +86,10 @@ struct Running {
   std::unique_ptr<QmpClient> qmp;
   std::shared_ptr<channel::Mux> mux;
   std::unique_ptr<Egress> egress;
+  BuilderCancel* cancel = nullptr;  // its kill is cleared first
 
   ~Running() {
+    if (cancel) cancel->SetKill(nullptr);
     if (mux) mux->Stop();
     qmp.reset();
     if (pid > 0) {
@@ -164,6 +166,14 @@ Status Boot(const BuilderVmOptions& o, const std::shared_ptr<Running>& run, cons
   ASSIGN_OR_RETURN(pid_t pid, LaunchQemu(plan, launch));
   run->pid = pid;
   std::shared_ptr<Shared> shared = run->shared;
+  if (o.cancel) {
+    o.cancel->SetKill([shared, pid] {
+      std::lock_guard<std::mutex> l(shared->mu);
+      if (!shared->exited) kill(pid, SIGKILL);
+    });
+    run->cancel = o.cancel;
+    if (o.cancel->cancelled()) kill(pid, SIGKILL);  // cancelled while it was being spawned
+  }
   std::thread([shared, pid] {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -295,10 +305,17 @@ Result<int> RunBuilderVm(const BuilderVmOptions& o) {
   RETURN_IF_ERROR(EgressOverridesFromEnv(eo));
   ASSIGN_OR_RETURN(run->egress, Egress::Start(std::move(eo)));
 
+  auto interrupted = [&] {
+    return Error(ErrorCode::kCancelled, "the image build was interrupted",
+                 "nothing of it was kept; run it again");
+  };
+  if (o.cancel && o.cancel->cancelled()) return interrupted();
   say("builder: booting its VM (" + std::string(AccelName(o.accel)) + ")");
   auto t0 = Clock::now();
   BootPlan plan = builder_vm_impl::PlanBuilderBoot(o, run->dir, kernel, run->egress->guest());
-  RETURN_IF_ERROR(builder_vm_impl::Boot(o, run, plan));
+  Status booted = builder_vm_impl::Boot(o, run, plan);
+  if (o.cancel && o.cancel->cancelled()) return interrupted();
+  RETURN_IF_ERROR(booted);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f s",
                 std::chrono::duration<double>(Clock::now() - t0).count());
@@ -313,8 +330,31 @@ Result<int> RunBuilderVm(const BuilderVmOptions& o) {
     if (!pushed.ok()) break;
   }
   close(null_fd);
+  if (o.cancel && o.cancel->cancelled()) return interrupted();
   RETURN_IF_ERROR(pushed);
-  return builder_vm_impl::RunCommand(*run, o);
+  auto rc = builder_vm_impl::RunCommand(*run, o);
+  if (o.cancel && o.cancel->cancelled()) return interrupted();
+  return rc;
+}
+
+void BuilderCancel::Cancel() {
+  std::function<void()> k;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled_ = true;
+    k = kill_;
+  }
+  if (k) k();
+}
+
+bool BuilderCancel::cancelled() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return cancelled_;
+}
+
+void BuilderCancel::SetKill(std::function<void()> kill) {
+  std::lock_guard<std::mutex> l(mu_);
+  kill_ = std::move(kill);
 }
 
 std::vector<std::string> CollectStaleBuilderDirs(const std::string& store_root) {

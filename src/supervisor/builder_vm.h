@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,22 @@ struct BuilderInput {
   std::string name;       // its name there (no '/')
 };
 
+// Stops a build from another thread (a signal's watcher): Cancel() kills the builder's QEMU when
+// one runs (the build then fails and is torn down as on any failure) and makes a build that has
+// not booted yet refuse to.
+class BuilderCancel {
+ public:
+  void Cancel();
+  bool cancelled() const;
+  // RunBuilderVm's: what Cancel does while its QEMU runs (null: none runs).
+  void SetKill(std::function<void()> kill);
+
+ private:
+  mutable std::mutex mu_;
+  bool cancelled_ = false;
+  std::function<void()> kill_;
+};
+
 struct BuilderVmOptions {
   std::string store_root;
   std::string image_disk;   // the builder image's disk.raw (vmlinuz and initrd.img beside it)
@@ -56,6 +73,7 @@ struct BuilderVmOptions {
   int memory_mib = 2048;
   std::chrono::seconds ready_timeout{600};
   std::string output_path;  // QEMU's stdout/stderr; "" = the directory's qemu.log
+  BuilderCancel* cancel = nullptr;  // optional: interrupts the build (kCancelled)
 };
 
 // Boots the builder VM, pushes the inputs, runs the command, tears everything down. Returns the
