@@ -107,6 +107,7 @@ Result<DevcontainerImage> BuildDevcontainerImage(Cli& cli, const DevcontainerFla
   }
   DevcontainerImage out;
   catalog::CatalogStore store(store_root);
+  bool other_inputs = false;  // the local catalog has an image of this name from other inputs
   if (auto listed = store.ListImages(); listed.ok()) {
     for (const auto& l : *listed) {
       if (l.channel != catalog::kLocalChannel || l.entry.name != name) continue;
@@ -116,7 +117,22 @@ Result<DevcontainerImage> BuildDevcontainerImage(Cli& cli, const DevcontainerFla
                   << " was built from the same inputs: reused\n";
         out.entry = l.entry;
         out.reused = true;
+      } else {
+        other_inputs = true;
       }
+    }
+  }
+  if (!out.reused && other_inputs) {
+    // The image a workspace stands on is never replaced under it (image_from_plan.h refuses to
+    // publish then): say so now rather than after a whole build.
+    ASSIGN_OR_RETURN(auto ws, OpenStore(cli));
+    ASSIGN_OR_RETURN(auto users, ws->IfImageUnused(store.ImageDir(name), [] { return OkStatus(); }));
+    if (!users.empty()) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   "image \"" + name + "\" was built from other inputs and is used by " +
+                       Join(users, ", ") + "; replacing it would change their base image under them",
+                   "build this one under another name (`create --image-name`, `image build "
+                   "--name`), or remove those workspaces first with `cloister rm NAME`");
     }
   }
   if (!out.reused) {

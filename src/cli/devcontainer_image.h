@@ -6,7 +6,9 @@
 // PlanDigest (which covers the devcontainer.json, the Dockerfile, the context, the base archives
 // and every Feature's bytes) is used as it is, after the catalog's usual checks. Otherwise the
 // copies go to images/.devcontainer-NAME/ (deleted when the build ends, success or failure) and
-// the pipeline builds them in its builder VM.
+// the pipeline builds them in its builder VM. An image of the name built from other inputs that a
+// workspace stands on is not built over: refused before the build (the pipeline would refuse to
+// publish it after), naming the workspaces and --image-name.
 //
 // What devcontainer.json has that cloister does not apply is printed once, with its line, on
 // stderr, before anything is built.

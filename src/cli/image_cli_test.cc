@@ -368,6 +368,25 @@ TEST_F(ImageCliTest, CreateFromADevcontainerRefusesBeforeBuilding) {
   }
 }
 
+// An image of the devcontainer's name that a workspace stands on, from other inputs: refused
+// before the build (which could not be published over it), naming the workspace and --image-name.
+TEST_F(ImageCliTest, CreateFromADevcontainerWhoseImageNameIsInUseRefusesBeforeBuilding) {
+  std::string repo = tmp_ + "/repo";
+  fs::create_directories(repo + "/.git");
+  fs::create_directories(repo + "/.devcontainer");
+  std::ofstream(repo + "/.devcontainer/devcontainer.json") << R"({"image": "debian:12"})";
+  PublishFake("dc-repo");
+  ASSERT_EQ(Cli({"create", "ws", "--image", "dc-repo", "--home-size", "64M"}).code, 0);
+  CliRun c = Cli({"create", "ws2", "--devcontainer", repo, "--home-size", "64M"});
+  EXPECT_NE(c.code, 0);
+  EXPECT_NE(c.err.find("image \"dc-repo\" was built from other inputs and is used by ws"),
+            std::string::npos)
+      << c.err;
+  EXPECT_NE(c.err.find("--image-name"), std::string::npos) << c.err;
+  EXPECT_FALSE(fs::exists(store_ + "/workspaces/ws2"));
+  EXPECT_FALSE(fs::exists(store_ + "/images/builder")) << "a builder was made: " << c.err;
+}
+
 TEST(DevcontainerPortsTest, ForwardPortsArePublishedOnLoopbackOnly) {
   EXPECT_EQ(ForwardPortSpecs({3000, 80}),
             (std::vector<std::string>{"127.0.0.1:3000:3000", "127.0.0.1::80"}));
