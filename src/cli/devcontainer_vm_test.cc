@@ -30,6 +30,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -47,9 +48,13 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A free TCP port on 127.0.0.1 (bound, then released) at or above 20000.
+// A free TCP port on 127.0.0.1 (bound, then released), from a random start in [20000, 32000):
+// below the ephemeral range, and not the same sequence as another run of this test beside it
+// (both would publish it).
 uint16_t FreePort() {
-  for (uint16_t p = 23456; p < 24456; ++p) {
+  std::mt19937 rng{std::random_device{}()};
+  const uint16_t start = static_cast<uint16_t>(20000 + rng() % 12000);
+  for (uint16_t p = start; p < 32000; ++p) {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -239,6 +244,7 @@ TEST_F(DevcontainerVmTest, BuildThenCreateBootRunsTheToolchainAndTheLifecycle) {
   EXPECT_NE(described.out.find("dc-"), std::string::npos) << described.out;
 
   Start("ws");
+  if (HasFatalFailure()) return;  // the workspace did not boot: nothing below can pass
   EXPECT_EQ(Trim(Exec("ws", "hello")), "hello-from-the-option from /opt/hello");
   EXPECT_EQ(Trim(Exec("ws", "cat /opt/from-dockerfile/mark")), "from-the-dockerfile");
   EXPECT_EQ(Trim(Exec("ws", "cat /opt/hello/remote-user")), "vscode");
