@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 #include "cli/disposal_prompts.h"
 #include "cli/store_verbs.h"
+#include "supervisor/launcher.h"
 
 namespace cloister::cli {
 
@@ -51,13 +52,28 @@ void AddCheckpointCommand(CLI::App& app, Cli& cli) {
     });
   }
   {
-    auto* create = cmd->add_subcommand("create", "Checkpoint a stopped workspace now (kept until "
-                                                 "`checkpoint rm`)");
+    auto* create = cmd->add_subcommand(
+        "create", "Checkpoint a workspace now (kept until `checkpoint rm`). A running one is "
+                  "checkpointed crash-consistently over QMP without stopping it: both disks at "
+                  "one instant, as after a power cut");
     auto name = std::make_shared<std::string>();
     create->add_option("NAME", *name, "Workspace name")->required();
     create->callback([&cli, open, name] {
       auto store = open();
       if (!store) return;
+      if (Status v = ValidateWorkspaceName(*name); !v.ok()) {
+        cli.Fail(v.error());
+        return;
+      }
+      if (lifecycle::IsLive(store->State(*name))) {
+        Result<std::string> id = vm::CheckpointRunningWorkspace(*store, *name);
+        if (!id.ok()) {
+          cli.Fail(id.error());
+          return;
+        }
+        cli.out() << *id << "\n";
+        return;
+      }
       auto rec = store->CreateCheckpoint(*name);
       if (!rec.ok()) {
         cli.Fail(rec.error());

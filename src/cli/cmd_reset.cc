@@ -10,7 +10,7 @@ void AddResetCommand(CLI::App& app, Cli& cli) {
       "Drop the system disk; the next start clones the base image again. Home, checkpoints, "
       "settings, credentials and keys are kept",
       ResetPrompt,
-      [](Store& s, const std::string& n) { return s.Reset(n); },
+      [](Store& s, const std::string& n, bool) { return s.Reset(n); },
       "Reset '%s': the system disk will be cloned from the base image at the next start.");
 }
 

@@ -15,7 +15,7 @@ void AddWipeCommand(CLI::App& app, Cli& cli) {
       "flag, and regenerate the workspace SSH key. Settings and credentials are kept; -v host "
       "folders are never touched",
       WipePrompt,
-      [](Store& s, const std::string& n) -> Status {
+      [](Store& s, const std::string& n, bool) -> Status {
         // The lifecycle table lets a wipe go on a live VM only when it is paused (frozen by the
         // compromise detector; `cloister wipe` is the fix the refusals name): stop it first, a
         // kill, since a frozen guest cannot power off. Any other live state: the store refuses.

@@ -10,7 +10,7 @@ void AddWipeHomeCommand(CLI::App& app, Cli& cli) {
       "Replace the home image with an empty one and regenerate the workspace keypair (every "
       "checkpoint goes too: each holds a copy of home)",
       WipeHomePrompt,
-      [](Store& s, const std::string& n) { return s.WipeHome(n); },
+      [](Store& s, const std::string& n, bool) { return s.WipeHome(n); },
       "Wiped the home of '%s' and regenerated its keypair.");
 }
 

@@ -17,6 +17,7 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddWipeCommand(app, cli);
   AddRmCommand(app, cli);
   AddCheckpointCommand(app, cli);
+  AddForkCommand(app, cli);
   AddTraceCommand(app, cli);
   AddStartCommand(app, cli);
   AddStopCommand(app, cli);

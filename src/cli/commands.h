@@ -19,6 +19,7 @@ void AddWipeHomeCommand(CLI::App& app, Cli& cli);
 void AddWipeCommand(CLI::App& app, Cli& cli);
 void AddRmCommand(CLI::App& app, Cli& cli);
 void AddCheckpointCommand(CLI::App& app, Cli& cli);
+void AddForkCommand(CLI::App& app, Cli& cli);
 void AddTraceCommand(CLI::App& app, Cli& cli);
 void AddStartCommand(CLI::App& app, Cli& cli);
 void AddStopCommand(CLI::App& app, Cli& cli);

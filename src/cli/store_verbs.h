@@ -16,6 +16,7 @@
 #include "sshagent/ide_keys.h"
 #include "sshagent/vault_key_store.h"
 #include "store/store.h"
+#include "vault/vault.h"
 
 namespace cloister::cli {
 
@@ -37,6 +38,16 @@ inline Result<std::unique_ptr<Store>> OpenStore(Cli& cli) {
   // The browser's kept profile (browser/profile_disk.h): wipe-home and wipe destroy disk and key.
   options.destroy_browser_profile =
       browser::DestroyProfileHook(cli.StoreRoot() + "/" + std::string(layout::kKeysDir));
+  // `fork --with-credentials`: API keys re-encrypted for the fork; never a subscription login.
+  options.copy_credentials = [keys = cli.StoreRoot() + "/" + std::string(layout::kKeysDir)](
+                                 const std::string& source, const std::string& source_dir,
+                                 const std::string& name, const std::string& dir) -> Status {
+    auto copied = vault::CopyCredentialsForFork(
+        {keys, source_dir + "/" + vault::kSecretsFile, source},
+        {keys, dir + "/" + vault::kSecretsFile, name});
+    if (!copied.ok()) return copied.error();
+    return OkStatus();
+  };
   return Store::Open(cli.StoreRoot(), std::move(options));
 }
 
@@ -72,17 +83,27 @@ inline std::string CountNoun(size_t n, const std::string& noun) {
 namespace cloister::cli {
 
 // The shape of every destructive verb: NAME, -f/--yes, a confirmation naming what goes (built
-// from the workspace's current config), then the store call.
+// from the workspace's current config), then the store call. With `force_help` (rm), -f is
+// --force (what `force_help` says, and no question; `run` is told) and -y/--yes only skips the
+// question.
 inline void AddDisposalVerb(
     CLI::App& app, Cli& cli, const std::string& verb, const std::string& description,
     std::function<std::string(const WorkspaceConfig&)> prompt,
-    std::function<Status(Store&, const std::string&)> run, std::string done) {
+    std::function<Status(Store&, const std::string&, bool force)> run, std::string done,
+    const std::string& force_help = "") {
   auto* cmd = app.add_subcommand(verb, description);
   auto name = std::make_shared<std::string>();
   auto yes = std::make_shared<bool>(false);
+  auto force = std::make_shared<bool>(false);
   cmd->add_option("NAME", *name, "Workspace name")->required();
-  cmd->add_flag("-f,--yes", *yes, "Do not ask for confirmation");
-  cmd->callback([&cli, name, yes, prompt, run, done] {
+  if (force_help.empty()) {
+    cmd->add_flag("-f,--yes", *yes, "Do not ask for confirmation");
+  } else {
+    cmd->add_flag("-y,--yes", *yes, "Do not ask for confirmation");
+    cmd->add_flag("-f,--force", *force, force_help);
+  }
+  cmd->callback([&cli, name, yes, force, prompt, run, done] {
+    if (*force) *yes = true;
     auto store = OpenStore(cli);
     if (!store.ok()) {
       cli.Fail(store.error());
@@ -103,7 +124,7 @@ inline void AddDisposalVerb(
       cli.Fail(ok.error());
       return;
     }
-    Status s = run(**store, *name);
+    Status s = run(**store, *name, *force);
     if (!s.ok()) {
       cli.Fail(s.error());
       return;

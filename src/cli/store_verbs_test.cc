@@ -24,7 +24,7 @@ TEST_F(StoreVerbsTest, EveryVerbHasHelp) {
   for (std::vector<std::string> v :
        {std::vector<std::string>{"create", "--help"}, {"ls", "--help"}, {"describe", "--help"},
         {"reset", "--help"}, {"wipe-home", "--help"}, {"wipe", "--help"}, {"rm", "--help"},
-        {"checkpoint", "--help"}, {"checkpoint", "restore", "--help"}}) {
+        {"checkpoint", "--help"}, {"checkpoint", "restore", "--help"}, {"fork", "--help"}}) {
     Outcome o = Run(v);
     EXPECT_EQ(o.code, 0) << v[0];
     EXPECT_NE(o.out.find("Usage: cloister " + v[0]), std::string::npos) << v[0] << o.out;
@@ -54,6 +54,28 @@ TEST_F(StoreVerbsTest, CreateLsDescribe) {
   EXPECT_LT(j["layers"][1]["allocated_bytes"].get<uint64_t>(), 16u << 20);
   Outcome dh = Run({"describe", "dev"});
   EXPECT_NE(dh.out.find("Compromised: no"), std::string::npos);
+}
+
+// `fork` of a stopped workspace through the CLI: --count names, --json, a new MAC each; `rm -f`
+// says in --help that it stops a running VM first.
+TEST_F(StoreVerbsTest, ForkCountJsonAndRmForceHelp) {
+  ASSERT_EQ(Create("dev").code, 0);
+  Outcome f = Run({"fork", "dev", "try", "--count", "2", "--json"});
+  ASSERT_EQ(f.code, 0) << f.err;
+  nlohmann::json j = f.json();
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["name"], "try-1");
+  EXPECT_EQ(j[1]["name"], "try-2");
+  EXPECT_EQ(j[0]["forked_from"], "dev");
+  EXPECT_NE(j[0]["mac"], j[1]["mac"]);
+  Outcome one = Run({"fork", "dev", "solo"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(one.out.find("Forked 'dev' as 'solo'"), std::string::npos) << one.out;
+  EXPECT_NE(Run({"fork", "dev", "solo"}).code, 0);  // exists
+  EXPECT_NE(Run({"fork", "dev", "x", "--count", "0"}).code, 0);
+  EXPECT_NE(Run({"rm", "--help"}).out.find("stop the VM first"), std::string::npos);
+  Outcome ls = Run({"ls", "--json"});
+  EXPECT_EQ(ls.json().size(), 4u);
 }
 
 TEST_F(StoreVerbsTest, ErrorsAreOneLineWithAHint) {

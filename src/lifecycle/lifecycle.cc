@@ -92,7 +92,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Go(S::kStopped),          // checkpoint
    Go(S::kStopped),          // restore
    Go(S::kStopped),          // checkpoint rm
-   Go(S::kStopped)},         // prune
+   Go(S::kStopped),          // prune
+   kNotRunning},             // live checkpoint
   // kBooting
   {Wait(S::kBooting),        // start: (with -d: already booting)
    Go(S::kRunning),          // ready
@@ -110,7 +111,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Later(S::kBooting),       // config change
    Later(S::kBooting),       // cred change
    kWhileLive, kWhileLive, kWhileLive, kWhileLive,   // reset, wipe-home, wipe, rm
-   kWhileLive, kWhileLive, kWhileLive, kWhileLive},  // checkpoint, restore, checkpoint rm, prune
+   kWhileLive, kWhileLive, kWhileLive, kWhileLive,   // checkpoint, restore, checkpoint rm, prune
+   kNotLiveNow},             // live checkpoint
   // kRunning
   {Already(S::kRunning),     // start
    kNotBooting,              // ready
@@ -128,7 +130,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Later(S::kRunning),       // config change
    Later(S::kRunning),       // cred change
    kWhileLive, kWhileLive, kWhileLive, kWhileLive,
-   kWhileLive, kWhileLive, kWhileLive, kWhileLive},
+   kWhileLive, kWhileLive, kWhileLive, kWhileLive,
+   Go(S::kRunning)},         // live checkpoint
   // kPaused
   {kPaused,                  // start
    kNotBooting,              // ready: a frozen guest does not get to finish booting
@@ -148,7 +151,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    kWhilePaused,             // reset
    kWhilePaused,             // wipe-home
    Go(S::kStopped),          // wipe: `cloister wipe` force-stops the frozen VM first
-   kWhilePaused, kWhilePaused, kWhilePaused, kWhilePaused, kWhilePaused},
+   kWhilePaused, kWhilePaused, kWhilePaused, kWhilePaused, kWhilePaused,
+   kPaused},                 // live checkpoint
   // kStopping
   {kBusy,                    // start
    kNotBooting,              // ready
@@ -166,7 +170,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Later(S::kStopping),      // config change
    Later(S::kStopping),      // cred change
    kWhileLive, kWhileLive, kWhileLive, kWhileLive,
-   kWhileLive, kWhileLive, kWhileLive, kWhileLive},
+   kWhileLive, kWhileLive, kWhileLive, kWhileLive,
+   kGoingAway},              // live checkpoint
   // kSuspending
   {kBusy,                    // start
    kNotBooting,              // ready
@@ -184,7 +189,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Later(S::kSuspending),    // config change
    Later(S::kSuspending),    // cred change
    kWhileLive, kWhileLive, kWhileLive, kWhileLive,
-   kWhileLive, kWhileLive, kWhileLive, kWhileLive},
+   kWhileLive, kWhileLive, kWhileLive, kWhileLive,
+   kNotLiveNow},             // live checkpoint
   // kSuspended
   {Go(S::kBooting),          // start: resumes
    kNotBooting,              // ready
@@ -208,7 +214,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Go(S::kSuspended),        // checkpoint
    Go(S::kStopped),          // restore: drops the RAM image
    Go(S::kSuspended),        // checkpoint rm
-   Go(S::kSuspended)},       // prune
+   Go(S::kSuspended),        // prune
+   kSuspendedNotRunning},    // live checkpoint
   // kRebooting
   {kBusy,                    // start
    kNotBooting,              // ready (the new boot's READY comes in kBooting)
@@ -226,7 +233,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Later(S::kRebooting),     // config change
    Later(S::kRebooting),     // cred change
    kWhileLive, kWhileLive, kWhileLive, kWhileLive,
-   kWhileLive, kWhileLive, kWhileLive, kWhileLive},
+   kWhileLive, kWhileLive, kWhileLive, kWhileLive,
+   kNotLiveNow},             // live checkpoint
   // kBroken
   {Go(S::kBooting),          // start: cleans up after a dead supervisor first
    kNotBooting,              // ready
@@ -250,7 +258,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Go(S::kBroken),           // checkpoint
    Go(S::kBroken),           // restore
    Go(S::kBroken),           // checkpoint rm
-   Go(S::kBroken)},          // prune
+   Go(S::kBroken),           // prune
+   kBrokenNotRunning},       // live checkpoint
   // kCompromised
   {kWillNotStart,            // start
    kNotBooting,              // ready
@@ -274,7 +283,8 @@ constexpr std::array<std::array<Rule, kActionCount>, kStateCount> kTable = {{
    Go(S::kCompromised),      // checkpoint
    Go(S::kCompromised),      // restore
    Go(S::kCompromised),      // checkpoint rm
-   Go(S::kCompromised)},     // prune
+   Go(S::kCompromised),      // prune
+   kCompromisedNotRunning},  // live checkpoint
 }};
 // clang-format on
 
@@ -310,6 +320,7 @@ constexpr std::array<ActionText, kActionCount> kActionTexts = {{
     {"restore", "restore a checkpoint of"},
     {"checkpoint-rm", "remove a checkpoint of"},
     {"prune", "prune checkpoints of"},
+    {"live-checkpoint", "checkpoint (live)"},
 }};
 
 void ReplaceAll(std::string& s, std::string_view key, std::string_view value) {

@@ -64,8 +64,11 @@ enum class Action : uint8_t {
   kRestore,           // `checkpoint restore`
   kCheckpointRemove,  // `checkpoint rm`
   kPrune,             // `checkpoint prune`
+  // A crash-consistent checkpoint of the RUNNING VM taken by its supervisor over QMP
+  // (`checkpoint create` and `fork` of a running workspace).
+  kLiveCheckpoint,
 };
-inline constexpr size_t kActionCount = 23;
+inline constexpr size_t kActionCount = 24;
 
 enum class Verdict : uint8_t {
   kGo,         // legal: the workspace moves to `next` (which may be the state it is in)

@@ -109,19 +109,19 @@ TEST(LifecycleTest, EveryPairIsDefinedAndWellFormed) {
 // The whole table pinned: G go, A already, W wait for READY, L applies at next start,
 // r refused. Columns: start ready qemu-exited channel-closed stop force-stop suspend reboot compromise | exec
 // attach status ssh-confirm | config cred | reset wipe-home wipe rm checkpoint restore
-// checkpoint-rm prune. A changed cell must change this grid (and docs/design.md's table).
+// checkpoint-rm prune live-checkpoint. A changed cell must change this grid (and docs/design.md's table).
 TEST(LifecycleTest, TableIsPinned) {
   const std::string expected =
-      "stopped:GrrrAArrrrrGrGGGGGGGGGG\n"
-      "booting:WGGGGGrrGWWGGLLrrrrrrrr\n"
-      "running:ArGGGGGGGGGGGLLrrrrrrrr\n"
-      "paused:rrGGGGrrArrGGLLrrGrrrrr\n"
-      "stopping:rrGGAGrrGrrGGLLrrrrrrrr\n"
-      "suspending:rrGGGGArGrrGGLLrrrrrrrr\n"
-      "suspended:GrrrAAArrrrGrGGGGGGGGGG\n"
-      "rebooting:rrGGGGrrGWWGGLLrrrrrrrr\n"
-      "broken:GrrrGGrrrrrGrGGGGGGGGGG\n"
-      "compromised:rrrrAArrArrGrGGGGGGGGGG\n";
+      "stopped:GrrrAArrrrrGrGGGGGGGGGGr\n"
+      "booting:WGGGGGrrGWWGGLLrrrrrrrrr\n"
+      "running:ArGGGGGGGGGGGLLrrrrrrrrG\n"
+      "paused:rrGGGGrrArrGGLLrrGrrrrrr\n"
+      "stopping:rrGGAGrrGrrGGLLrrrrrrrrr\n"
+      "suspending:rrGGGGArGrrGGLLrrrrrrrrr\n"
+      "suspended:GrrrAAArrrrGrGGGGGGGGGGr\n"
+      "rebooting:rrGGGGrrGWWGGLLrrrrrrrrr\n"
+      "broken:GrrrGGrrrrrGrGGGGGGGGGGr\n"
+      "compromised:rrrrAArrArrGrGGGGGGGGGGr\n";
   if (std::getenv("LIFECYCLE_PRINT")) std::cout << Grid();
   EXPECT_EQ(Grid(), expected);
 }

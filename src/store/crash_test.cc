@@ -329,6 +329,24 @@ const std::vector<VerbCase> kVerbs = {
        EXPECT_TRUE(t.HomeReads(s, 0x22));
        EXPECT_TRUE(t.SystemReads(s, 0x22));
      }},
+    // A fork copies a three-layer chain under the source's lock; a re-run after the commit finds
+    // the fork made.
+    {"Fork",
+     [](CrashTest& t, Store& s) { t.SessionsAroundCheckpoint(s); },
+     [](CrashTest&, Store& s) -> Status {
+       ForkRequest f;
+       f.source = "dev";
+       f.name = "fork";
+       return OkOr(s.Fork(f));
+     },
+     {ErrorCode::kAlreadyExists},
+     [](CrashTest& t, Store& s) {
+       EXPECT_TRUE(t.HomeReads(s, 0x22));
+       LiveDisks d = s.LiveDiskPaths("fork", *s.LoadConfig("fork"));
+       EXPECT_TRUE(GuestReads(d.home.path, d.home.format, kHomeOff, 4096, 0x22));
+       EXPECT_TRUE(GuestReads(d.system.path, d.system.format, kSysOff, 4096, 0x22));
+       EXPECT_EQ(s.LoadConfig("fork")->checkpoints.size(), 0u);
+     }},
     // The VM module's proven-boot checkpoint: prepare, QEMU switches to the overlays (here: the
     // guest writes into them), commit with the VM running.
     {"LiveCheckpointPrepareCommit",

@@ -55,6 +55,52 @@ Status WriteAll(int fd, const std::string& data, const std::string& path) {
   return OkStatus();
 }
 
+// The body of PosixEnv::CopyFile (which removes `to` when this fails).
+Result<Env::CopyMethod> CopyFileOnce(const std::string& from, const std::string& to,
+                                     const std::function<void(uint64_t)>& progress) {
+  Fd src(open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (src.get() < 0) return ErrnoError("open " + from, errno);
+  struct stat st;
+  if (fstat(src.get(), &st) != 0) return ErrnoError("stat " + from, errno);
+  if (!S_ISREG(st.st_mode)) return Error(ErrorCode::kInvalidArgument, from + " is not a file");
+  Fd dst(open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (dst.get() < 0) return ErrnoError("create " + to, errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (ioctl(dst.get(), FICLONE, src.get()) == 0) {
+    if (progress) progress(size);
+    if (close(dst.release()) != 0) return ErrnoError("close " + to, errno);
+    return Env::CopyMethod::kReflink;
+  }
+  if (ftruncate(dst.get(), static_cast<off_t>(size)) != 0) return ErrnoError("truncate " + to, errno);
+  constexpr uint64_t kPiece = 16ull << 20;  // progress granularity
+  uint64_t done = 0;
+  off_t pos = 0;
+  while (static_cast<uint64_t>(pos) < size) {
+    off_t data = lseek(src.get(), pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole is left
+      return ErrnoError("seek " + from, errno);
+    }
+    off_t hole = lseek(src.get(), data, SEEK_HOLE);
+    if (hole < 0) return ErrnoError("seek " + from, errno);
+    for (off_t at = data; at < hole;) {
+      off_t in = at, out = at;
+      size_t want = static_cast<size_t>(std::min<uint64_t>(kPiece, static_cast<uint64_t>(hole - at)));
+      ssize_t n = copy_file_range(src.get(), &in, dst.get(), &out, want, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("copy " + from + " to " + to, errno);
+      if (n == 0) return Error(ErrorCode::kIo, from + " shrank while it was copied");
+      at += n;
+      done += static_cast<uint64_t>(n);
+      if (progress) progress(done);
+    }
+    pos = hole;
+  }
+  if (fsync(dst.get()) != 0) return ErrnoError("fsync " + to, errno);
+  if (close(dst.release()) != 0) return ErrnoError("close " + to, errno);
+  return Env::CopyMethod::kSparse;
+}
+
 class PosixEnv : public Env {
  public:
   Result<std::string> ReadFile(const std::string& path, size_t max_bytes) override {
@@ -196,6 +242,13 @@ class PosixEnv : public Env {
     }
     if (close(dst.release()) != 0) return ErrnoError("close " + to, errno);
     return OkStatus();
+  }
+
+  Result<CopyMethod> CopyFile(const std::string& from, const std::string& to,
+                              const std::function<void(uint64_t)>& progress) override {
+    Result<CopyMethod> copied = CopyFileOnce(from, to, progress);
+    if (!copied.ok()) unlink(to.c_str());
+    return copied;
   }
 
   Result<RunOutput> RunTool(const std::vector<std::string>& argv,

@@ -5,13 +5,14 @@
 // Contract for implementations:
 // - Paths are absolute. Errors are values (ErrnoError codes: kNotFound, kNoSpace, ...).
 // - Mutating primitives (WriteFile, SyncFile, SyncDir, Rename, Link, RemoveFile, RemoveDir,
-//   CreateDir, Truncate, CloneFile, RunTool) are the unit of fault injection: each is one "step".
+//   CreateDir, Truncate, CloneFile, CopyFile, RunTool) are the unit of fault injection: each is one "step".
 // - The helpers at the bottom (AtomicWriteFile, CreateDirs, RemoveAll) are built only from the
 //   primitives, so a crash can land between any two of their steps.
 // - Thread-safety: PosixEnv is stateless and safe from any thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,15 @@ class Env {
   // kUnavailable when the filesystem cannot (ext4, tmpfs, across filesystems); `to` is then
   // removed.
   virtual Status CloneFile(const std::string& from, const std::string& to) = 0;
+  // Copies `from` into a new file `to` (mode 0600) for a disk that must not share a byte of its
+  // source's storage with anyone who can delete the source: FICLONE when the filesystem can
+  // (returns kReflink), else a sparse copy (kSparse): `to` is truncated to the source's size and
+  // only the source's data extents (SEEK_DATA/SEEK_HOLE) are copied, so holes stay holes and read
+  // as zeros. `progress`, when set, is called with the bytes copied so far after each piece (a
+  // reflink reports the whole size once). On failure `to` is removed.
+  enum class CopyMethod { kReflink, kSparse };
+  virtual Result<CopyMethod> CopyFile(const std::string& from, const std::string& to,
+                                      const std::function<void(uint64_t)>& progress = {}) = 0;
   // Runs an external tool (mkfs.ext4, qemu-img, ssh-keygen...) through RunProcess. Counted as one
   // step: a crash "at" it means the tool never ran.
   virtual Result<RunOutput> RunTool(const std::vector<std::string>& argv,

@@ -26,6 +26,36 @@ TEST(EnvTest, StatReportsSparseAllocation) {
   EXPECT_LT(fi.allocated, 1u << 20);
 }
 
+// The fork's copy: the same bytes, holes kept as holes, a new inode the source's removal cannot
+// touch, and progress reported up to the data copied.
+TEST(EnvTest, CopyFileIsAnIndependentSparseCopy) {
+  testing::TempDir dir;
+  Env* env = Env::Default();
+  std::string from = dir.Sub("from"), to = dir.Sub("to");
+  ASSERT_TRUE(env->Truncate(from, 256ull << 20).ok());
+  testing::GuestWriteBytes(from, layout::DiskFormat::kRaw, 1 << 20, std::string(8192, 'a'));
+  testing::GuestWriteBytes(from, layout::DiskFormat::kRaw, 200 << 20, std::string(4096, 'b'));
+  uint64_t last = 0;
+  Result<Env::CopyMethod> m = env->CopyFile(from, to, [&](uint64_t n) { last = n; });
+  ASSERT_TRUE(m.ok()) << m.error().ToString();
+  FileInfo a = *env->Stat(from), b = *env->Stat(to);
+  EXPECT_EQ(b.apparent, a.apparent);
+  EXPECT_NE(b.inode, a.inode);
+  EXPECT_EQ(b.mode & 0777, 0600u);
+  EXPECT_GE(last, 12288u);
+  if (*m == Env::CopyMethod::kSparse) {
+    EXPECT_LT(b.allocated, 4u << 20);
+  }
+  EXPECT_TRUE(testing::SameGuestView(from, layout::DiskFormat::kRaw, to, layout::DiskFormat::kRaw));
+  ASSERT_TRUE(env->RemoveFile(from).ok());
+  EXPECT_TRUE(testing::GuestReads(to, layout::DiskFormat::kRaw, 200 << 20, 4096, 'b'));
+  // Never over an existing file; a failed copy leaves nothing.
+  ASSERT_TRUE(env->WriteFile(from, "x").ok());
+  EXPECT_FALSE(env->CopyFile(from, to).ok());
+  EXPECT_FALSE(env->CopyFile(dir.Sub("missing"), dir.Sub("made")).ok());
+  EXPECT_FALSE(env->Exists(dir.Sub("made")));
+}
+
 TEST(EnvTest, LocksExcludeEachOther) {
   testing::TempDir dir;
   Env* env = Env::Default();

@@ -81,6 +81,11 @@ Status FaultInjectionEnv::CloneFile(const std::string& from, const std::string& 
   FI_STEP("clone " + from + " " + to);
   return base_->CloneFile(from, to);
 }
+Result<Env::CopyMethod> FaultInjectionEnv::CopyFile(const std::string& from, const std::string& to,
+                                                   const std::function<void(uint64_t)>& progress) {
+  FI_STEP("copy " + from + " " + to);
+  return base_->CopyFile(from, to, progress);
+}
 Result<RunOutput> FaultInjectionEnv::RunTool(const std::vector<std::string>& argv,
                                              const RunOptions& options) {
   FI_STEP("run " + (argv.empty() ? std::string() : argv[0]));

@@ -44,6 +44,8 @@ class FaultInjectionEnv : public Env {
   Status CreateDir(const std::string& path, uint32_t mode = 0755) override;
   Status Truncate(const std::string& path, uint64_t size) override;
   Status CloneFile(const std::string& from, const std::string& to) override;
+  Result<CopyMethod> CopyFile(const std::string& from, const std::string& to,
+                              const std::function<void(uint64_t)>& progress = {}) override;
   Result<RunOutput> RunTool(const std::vector<std::string>& argv,
                             const RunOptions& options = {}) override;
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path, bool wait) override;

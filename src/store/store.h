@@ -69,6 +69,15 @@ struct StoreOptions {
   // cli::CatalogImageResolver (cli/image_resolver.h): "" means the default image, a name is
   // looked up in the verified catalogs, a path containing '/' is a raw image.
   std::function<Result<ImageIdentity>(const std::string& spec)> resolve_image;
+  // `fork --with-credentials`: re-encrypts the source's credentials into the fork's secrets file
+  // (the vault binds a secrets file to its workspace's name, so a copied file would not open):
+  // called by Fork with the staging directory, after make_ssh_key wrote the fork's own key there.
+  // SECURITY: it must copy no subscription login (a login lives in one workspace) and no blob
+  // (the SSH key and the browser profile's key are the source's). Empty: --with-credentials is
+  // refused.
+  std::function<Status(const std::string& source_name, const std::string& source_dir,
+                       const std::string& name, const std::string& dir)>
+      copy_credentials;
 };
 
 // $CLOISTER_HOME, else $XDG_DATA_HOME/cloister, else $HOME/.local/share/cloister.
@@ -153,6 +162,29 @@ struct CreateRequest {
   std::string tool = "shell";  // base/agent_tools.h; checked by Create
 };
 
+// `fork`: a new workspace whose system disk and home start as the source's are (store_fork.cc).
+struct ForkRequest {
+  std::string source;
+  std::string name;
+  bool with_credentials = false;  // StoreOptions::copy_credentials; never a subscription login
+  // Top-level config keys (other modules' sections) not carried over: published ports would
+  // collide with the source's, `run --rm`'s mark is the source's.
+  std::vector<std::string> drop_settings;
+  // Fork this checkpoint of the source instead of its live disks: how a RUNNING source is forked
+  // (its supervisor took the checkpoint over QMP and holds the workspace lock; the copy checks
+  // afterwards that the checkpoint's files did not change meanwhile). Empty: the live disks of a
+  // stopped source, under its lock.
+  std::string checkpoint;
+  // Bytes copied so far of `total` (sum of the allocated bytes of the layers copied).
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+struct ForkResult {
+  WorkspaceConfig config;
+  uint64_t copied_bytes = 0;  // allocated bytes of the layers copied
+  bool reflinked = true;      // every layer was a reflink (FICLONE) clone
+};
+
 // Proof of holding a workspace's lock; released when destroyed.
 class WorkspaceLock {
  public:
@@ -202,6 +234,13 @@ class Store {
 
   // ---- Verbs (each takes the workspace lock itself) ----
   Result<WorkspaceConfig> Create(const CreateRequest& request);
+  // A new workspace with copies of the source's disk chains (reflink, else sparse copies; every
+  // qcow2 backing name points into the fork's own directory or at the public base image, so
+  // removing the source never breaks it) and a new identity: id, MAC, SSH key, sshd host key;
+  // no checkpoints, no saved RAM (it boots fresh), no credentials unless asked (never a
+  // subscription login), settings copied but ForkRequest::drop_settings. A compromised source is
+  // refused. Built in staging/ and renamed into place, as Create.
+  Result<ForkResult> Fork(const ForkRequest& request);
   Result<std::vector<WorkspaceSummary>> List();
   Result<WorkspaceInfo> Describe(const std::string& name);
   // Drops the live system disk; the next EnsureSystemDisk clones the base again. Home,
@@ -310,6 +349,11 @@ class Store {
                                    uint64_t generation);
   Status MakeSshKey(const std::string& name, const std::string& dir);
   Status MakeSshdHostKey(const std::string& name, const std::string& dir);
+  // Fork's copy of one disk chain into `staging` (store_fork.cc).
+  struct ForkCopy;
+  Status CopyChainForFork(const WorkspaceConfig& source, const std::string& top, DiskKind kind,
+                          const std::string& staging, const std::string& final_dir,
+                          ForkCopy& copy, WorkspaceConfig& fork);
   Status DestroyBrowserProfile(const std::string& name, const std::string& dir);
   // WipeHome and Wipe: `drop` takes layers out of the config (naming them in `dropped`) in the
   // one commit that installs a fresh empty home (store.cc).

@@ -2,7 +2,8 @@
 // run/supervisor.sock (mode 0600 in a 0700 directory, so only the workspace's owner connects).
 //
 // Requests: {"op":"status"} | {"op":"stop","force":B,"timeout_ms":N} | {"op":"suspend"} |
-//           {"op":"reboot"} | {"op":"open-stream","service":S,"action":"exec|attach","args":[...]}
+//           {"op":"reboot"} | {"op":"open-stream","service":S,"action":"exec|attach","args":[...]} |
+//           {"op":"checkpoint"} (a live, crash-consistent checkpoint; the reply has its "id")
 // Replies:  {"ok":true,...} or {"ok":false,"error":"...","hint":"..."}; the reply to open-stream
 //           carries a connected stream fd (SCM_RIGHTS) bridged to the guest's service S (one of
 //           the host-opened services of protocol/contract.h: exec, tcp, sshd; others refused).
@@ -19,6 +20,7 @@
 namespace cloister::vm {
 
 inline constexpr size_t kMaxControlLine = 64 * 1024;
+inline constexpr char kCheckpointOp[] = "checkpoint";
 
 // A connected unix stream socket with a line buffer.
 class LineConn {

@@ -232,6 +232,20 @@ Status StopWorkspace(Store& store, const std::string& name, const StopOptions& o
   return OkStatus();
 }
 
+Result<std::string> CheckpointRunningWorkspace(Store& store, const std::string& name) {
+  RunPaths paths = RunPathsFor(store, name);
+  VmStatus status = DeriveStatus(paths);
+  RETURN_IF_ERROR(
+      lifecycle::Check(status.state, lifecycle::Action::kLiveCheckpoint, name, status.detail));
+  ASSIGN_OR_RETURN(json reply, ControlRequest(paths.supervisor_socket, {{"op", kCheckpointOp}},
+                                              std::chrono::minutes(5)));
+  std::string id = JsonString(reply, "id");
+  if (!IsValidCheckpointId(id)) {
+    return Error(ErrorCode::kInternal, "the supervisor of " + name + " answered no checkpoint id");
+  }
+  return id;
+}
+
 Status RebootWorkspace(Store& store, const std::string& name, std::ostream& progress) {
   RunPaths paths = RunPathsFor(store, name);
   VmStatus status = DeriveStatus(paths);

@@ -47,6 +47,10 @@ Status StopWorkspace(Store& store, const std::string& name, const StopOptions& o
 
 Status RebootWorkspace(Store& store, const std::string& name, std::ostream& progress);
 
+// A crash-consistent checkpoint of NAME's running VM, taken by its supervisor over QMP without
+// stopping the guest (control op "checkpoint"): its id. Refused unless the VM is running.
+Result<std::string> CheckpointRunningWorkspace(Store& store, const std::string& name);
+
 VmStatus WorkspaceStatus(Store& store, const std::string& name);
 
 // How long and for what exec/attach/start wait while the VM is booting (lifecycle kWaitReady).

@@ -99,6 +99,7 @@ class Supervisor {
   Status Resume();
   void Handle(Action action);
   Status TakeProvenBootCheckpoint();
+  Result<CheckpointRecord> TakeLiveCheckpoint(CheckpointOptions options);
   Result<std::string> PassToQmp(const std::string& path);
   Status Suspend();
   void Cleanup();
@@ -677,19 +678,27 @@ Result<std::string> Supervisor::PassToQmp(const std::string& path) {
   return "/dev/fdset/" + std::to_string(*set);
 }
 
-Status Supervisor::TakeProvenBootCheckpoint() {
-  ASSIGN_OR_RETURN(PreparedCheckpoint prepared,
-                   store_->PrepareCheckpoint(*lock_, CheckpointOptions{.automatic = true}));
+// A crash-consistent checkpoint of the running VM: both new overlays are added first, then ONE
+// QMP transaction switches system disk and home to them at the same instant (QEMU drains the
+// block layer for it), so the frozen layers are what the disks held at one moment, as after a
+// power cut. The guest runs on throughout.
+Result<CheckpointRecord> Supervisor::TakeLiveCheckpoint(CheckpointOptions options) {
+  ASSIGN_OR_RETURN(PreparedCheckpoint prepared, store_->PrepareCheckpoint(*lock_, options));
+  std::vector<std::string> added;
+  auto fail = [&](const Error& e) -> Error {
+    for (const std::string& node : added) (void)qmp_->Execute("blockdev-del", {{"node-name", node}});
+    (void)store_->AbortCheckpoint(*lock_, prepared);
+    return e;
+  };
+  json actions = json::array();
+  std::map<std::string, std::string> new_tops;
   for (const auto& disk : prepared.disks) {
     std::string base = disk.disk == DiskKind::kSystem ? kSystemNode : kHomeNode;
     std::string node = base + "-" + prepared.id;
     for (char& c : node) if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
     // SECURITY: QEMU cannot open files by path (vm/qemu_access.h): pass the new overlay's fds.
     auto fdset = PassToQmp(disk.new_top_path);
-    if (!fdset.ok()) {
-      (void)store_->AbortCheckpoint(*lock_, prepared);
-      return fdset.error();
-    }
+    if (!fdset.ok()) return fail(fdset.error());
     // Both disks' new tops pass the guest's discards down, as at boot (vm/qemu_args.cc).
     json add = {{"driver", "qcow2"},
                 {"node-name", node},
@@ -697,19 +706,21 @@ Status Supervisor::TakeProvenBootCheckpoint() {
                 {"backing", nullptr},
                 {"discard", "unmap"},
                 {"detect-zeroes", "unmap"}};
-    auto added = qmp_->Execute("blockdev-add", add);
-    if (!added.ok()) {
-      (void)store_->AbortCheckpoint(*lock_, prepared);
-      return added.error();
-    }
-    auto snap = qmp_->Execute("blockdev-snapshot", {{"node", top_nodes_[base]}, {"overlay", node}});
-    if (!snap.ok()) {
-      (void)store_->AbortCheckpoint(*lock_, prepared);
-      return snap.error();
-    }
-    top_nodes_[base] = node;
+    auto ok = qmp_->Execute("blockdev-add", add);
+    if (!ok.ok()) return fail(ok.error());
+    added.push_back(node);
+    actions.push_back({{"type", "blockdev-snapshot"},
+                       {"data", {{"node", top_nodes_[base]}, {"overlay", node}}}});
+    new_tops[base] = node;
   }
-  ASSIGN_OR_RETURN(CheckpointRecord rec, store_->CommitCheckpoint(*lock_, prepared, true));
+  auto snap = qmp_->Execute("transaction", {{"actions", actions}});
+  if (!snap.ok()) return fail(snap.error());
+  for (const auto& [base, node] : new_tops) top_nodes_[base] = node;
+  return store_->CommitCheckpoint(*lock_, prepared, true);
+}
+
+Status Supervisor::TakeProvenBootCheckpoint() {
+  ASSIGN_OR_RETURN(CheckpointRecord rec, TakeLiveCheckpoint(CheckpointOptions{.automatic = true}));
   std::lock_guard<std::mutex> l(mu_);
   last_checkpoint_ = rec.id;
   return OkStatus();
@@ -955,6 +966,19 @@ void Supervisor::Handle(Action a) {
       deadline_ = Clock::now() + a.timeout;
       return;
     }
+    case T::kLiveCheckpoint: {
+      // `checkpoint create` or `fork` of the running workspace: a manual checkpoint (kept until
+      // `checkpoint rm`), the guest running on.
+      Result<CheckpointRecord> rec = TakeLiveCheckpoint(CheckpointOptions{.automatic = false});
+      if (!rec.ok()) {
+        Log("live checkpoint failed: " + rec.error().ToString());
+        a.reply->set_value(ErrorReply(rec.error()));
+        return;
+      }
+      Log("live checkpoint " + rec->id);
+      a.reply->set_value({{"ok", true}, {"id", rec->id}});
+      return;
+    }
     default:
       // Requests that change nothing (status, exec, attach, ssh-confirm) are decided by the same
       // table on the connection thread (HandleConnection); settings and disk verbs never reach
@@ -1149,6 +1173,8 @@ void Supervisor::HandleConnection(int fd) {
   } else if (op == "reboot") {
     a.type = Action::Type::kReboot;
     a.timeout = std::chrono::seconds(60);
+  } else if (op == kCheckpointOp) {
+    a.type = Action::Type::kLiveCheckpoint;
   } else {
     (void)conn.Send(ErrorReply(Error(ErrorCode::kInvalidArgument, "unknown request '" + op + "'")));
     return;

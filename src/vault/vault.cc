@@ -388,4 +388,20 @@ Result<std::vector<BoundCredential>> Vault::Bind() const {
   return out;
 }
 
+Result<size_t> CopyCredentialsForFork(const VaultLocation& from, const VaultLocation& to,
+                                      KeyBackend backend) {
+  ASSIGN_OR_RETURN(Vault source, Vault::Open(from, backend));
+  ASSIGN_OR_RETURN(Vault fork, Vault::Open(to, backend));
+  size_t copied = 0;
+  for (const Credential& c : source.credentials()) {
+    if (IsSubscriptionKind(c.kind)) continue;  // SECURITY: a login stays in one workspace
+    fork.Put(c);
+    RETURN_IF_ERROR(fork.SetPolicy(c.id, c.ask, c.allow_paths));
+    ++copied;
+  }
+  fork.set_llm_body_policy(source.llm_body_policy());
+  RETURN_IF_ERROR(fork.Save());
+  return copied;
+}
+
 }  // namespace cloister::vault

@@ -120,4 +120,12 @@ class Vault {
   LlmBodyPolicy llm_body_ = LlmBodyPolicy::kFlag;
 };
 
+// `fork --with-credentials`: puts every credential of the vault at `from` (with its policy, and
+// the vault's llm_body policy) into the vault at `to`, whose file is bound to the fork's name.
+// SECURITY: subscription logins are never copied (a login, and its refresh token, lives in one
+// workspace: two holders refreshing it would log each other out), and no blob is (the source's
+// SSH key and browser-profile key stay the source's). Returns how many credentials were copied.
+Result<size_t> CopyCredentialsForFork(const VaultLocation& from, const VaultLocation& to,
+                                      KeyBackend backend = KeyBackendFromEnv());
+
 }  // namespace cloister::vault

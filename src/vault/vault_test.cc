@@ -354,3 +354,45 @@ TEST(ConsentAskTest, NamesParseBothWays) {
 
 }  // namespace
 }  // namespace cloister::vault
+
+namespace cloister::vault {
+namespace {
+
+// SECURITY: `fork --with-credentials` copies API keys with their policy into the fork's own
+// file (bound to the fork's name), and never a subscription login or a blob (the SSH key).
+TEST_F(VaultTest, ForkCopiesCredentialsButNoLoginAndNoBlob) {
+  {
+    auto v = Vault::Open(loc_, KeyBackend::kFile);
+    ASSERT_TRUE(v.ok());
+    v->Put(*MakeCredential(CredentialKind::kAnthropic, real_, {}, "", false));
+    ASSERT_TRUE(v->SetPolicy("anthropic", ConsentAsk::kAlways, {"/v1/messages"}).ok());
+    OauthLogin login;
+    login.refresh_token = "sk-ant-ort01-" + std::string(95, 'r');
+    v->Put(*MakeOauthCredential(CredentialKind::kClaudeSubscription,
+                                "sk-ant-oat01-" + std::string(95, 'a'), login, {}));
+    v->PutBlob("ssh-ed25519", "source seed");
+    ASSERT_TRUE(v->Save().ok());
+  }
+  std::filesystem::create_directories(dir_ + "/fork");
+  VaultLocation to{dir_ + "/keys", dir_ + "/fork/secrets.enc", "fork"};
+  {
+    auto f = Vault::Open(to, KeyBackend::kFile);
+    ASSERT_TRUE(f.ok());
+    f->PutBlob("ssh-ed25519", "fork seed");
+    ASSERT_TRUE(f->Save().ok());
+  }
+  auto n = CopyCredentialsForFork(loc_, to, KeyBackend::kFile);
+  ASSERT_TRUE(n.ok()) << n.error().ToString();
+  EXPECT_EQ(*n, 1u);
+  auto f = Vault::Open(to, KeyBackend::kFile);
+  ASSERT_TRUE(f.ok()) << f.error().ToString();
+  ASSERT_EQ(f->credentials().size(), 1u);
+  EXPECT_EQ(f->credentials()[0].value, real_);
+  EXPECT_EQ(f->credentials()[0].ask, ConsentAsk::kAlways);
+  EXPECT_EQ(f->Find("claude-subscription"), nullptr);
+  EXPECT_EQ(*f->FindBlob("ssh-ed25519"), "fork seed");
+  EXPECT_NE(Slurp(to.secrets_file), Slurp(loc_.secrets_file));
+}
+
+}  // namespace
+}  // namespace cloister::vault
