@@ -4,6 +4,8 @@
 #include "base/strings.h"
 #include "cli/commands.h"
 #include "cli/devcontainer_image.h"
+#include "cli/git_verbs.h"
+#include "supervisor/launcher.h"
 #include "cli/store_verbs.h"
 #include "cli/port_flags.h"
 
@@ -20,6 +22,7 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     bool auto_ports = false;
     bool json = false;
     DevcontainerFlags devcontainer;
+    std::string from_repo;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("NAME", o->name, "Workspace name (a-z, 0-9, '.', '_', '-'; up to 63)")->required();
@@ -57,6 +60,11 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
                 "Forward every TCP port the guest listens on (loopback or any address) from "
                 "127.0.0.1, on a host port the host picks, never the guest's number (`cloister port "
                 "NAME ls`, `describe`, the dashboard and a line on the attach terminal show it)");
+  cmd->add_option("--from-repo", o->from_repo,
+                  "Seed it with a clone of this host repository's current branch at HEAD, without "
+                  "a share: the workspace is started and the branch sent in as a git bundle to "
+                  "/home/dev/<the repository's folder name> (`cloister git push`); it is left "
+                  "running. Its work comes back with `cloister git pull NAME`");
   cmd->add_flag("--json", o->json, "Print the new workspace's config as JSON");
   AddDevcontainerFlags(cmd, o->devcontainer, true);
   cmd->callback([&cli, o] {
@@ -115,6 +123,19 @@ void AddCreateCommand(CLI::App& app, Cli& cli) {
     if (Status st = dc ? RecordDevcontainer(**store, c->name, *dc) : OkStatus(); !st.ok()) {
       cli.Fail(st.error());
       return;
+    }
+    if (!o->from_repo.empty()) {
+      // SECURITY: no share; the repository goes in as a bundle the guest clones.
+      Status seeded = vm::StartWorkspace(**store, c->name, {}, cli.err());
+      if (seeded.ok()) {
+        auto pushed = PushBranch(**store, c->name, o->from_repo, "", "");
+        if (!pushed.ok()) seeded = pushed.error();
+      }
+      if (!seeded.ok()) {
+        cli.Fail(seeded.error().WithContext("seeding '" + c->name + "' from " + o->from_repo +
+                                            " (the workspace was created)"));
+        return;
+      }
     }
     if (auto reloaded = (*store)->LoadConfig(c->name); reloaded.ok()) c = std::move(reloaded);
     if (o->json) {

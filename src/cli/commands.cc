@@ -18,6 +18,8 @@ void AddAllCommands(CLI::App& app, Cli& cli) {
   AddRmCommand(app, cli);
   AddCheckpointCommand(app, cli);
   AddForkCommand(app, cli);
+  AddGitCommand(app, cli);
+  AddDiffCommand(app, cli);
   AddTraceCommand(app, cli);
   AddStartCommand(app, cli);
   AddStopCommand(app, cli);

@@ -20,6 +20,8 @@ void AddWipeCommand(CLI::App& app, Cli& cli);
 void AddRmCommand(CLI::App& app, Cli& cli);
 void AddCheckpointCommand(CLI::App& app, Cli& cli);
 void AddForkCommand(CLI::App& app, Cli& cli);
+void AddGitCommand(CLI::App& app, Cli& cli);
+void AddDiffCommand(CLI::App& app, Cli& cli);
 void AddTraceCommand(CLI::App& app, Cli& cli);
 void AddStartCommand(CLI::App& app, Cli& cli);
 void AddStopCommand(CLI::App& app, Cli& cli);

@@ -24,7 +24,8 @@ TEST_F(StoreVerbsTest, EveryVerbHasHelp) {
   for (std::vector<std::string> v :
        {std::vector<std::string>{"create", "--help"}, {"ls", "--help"}, {"describe", "--help"},
         {"reset", "--help"}, {"wipe-home", "--help"}, {"wipe", "--help"}, {"rm", "--help"},
-        {"checkpoint", "--help"}, {"checkpoint", "restore", "--help"}, {"fork", "--help"}}) {
+        {"checkpoint", "--help"}, {"checkpoint", "restore", "--help"}, {"fork", "--help"},
+        {"git", "--help"}, {"diff", "--help"}}) {
     Outcome o = Run(v);
     EXPECT_EQ(o.code, 0) << v[0];
     EXPECT_NE(o.out.find("Usage: cloister " + v[0]), std::string::npos) << v[0] << o.out;

@@ -628,9 +628,81 @@ TEST_F(VmE2eTest, TwoWorkspacesRunAtOnceAttachAndRunName) {
   close(master);
   EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "a")).state, VmState::kRunning);
   EXPECT_NE(Exec("a", "tmux ls").find("cloister"), std::string::npos);
-
-  Stop("a");
   Stop("b");
+
+  // Issue 42, work back as git: a host repository goes in as a bundle (no share); the guest's
+  // repository gets a planted fsmonitor and hooks naming a host path, then a commit.
+  std::string repo = root_ + "/proj", marker = root_ + "/host-ran";
+  auto host_git = [&](const std::string& args) {
+    auto g = RunProcess({"sh", "-c", "cd '" + repo + "' && git -c user.name=t -c "
+                         "user.email=t@example.test " + args + " 2>&1"});
+    return g.ok() ? g->out : g.error().ToString();
+  };
+  fs::create_directories(repo);
+  host_git("init -q -b main . && echo one > f.txt && git add f.txt && git -c user.name=t "
+           "-c user.email=t@example.test commit -q -m one");
+  r = Cloister({"git", "push", "a", "--host-repo", repo});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  // (The marker's folder does not exist in the guest: there the hooks run and fail quietly.)
+  std::string planted = Exec(
+      "a", "cd /home/dev/proj && git config core.fsmonitor 'touch " + marker + "' && "
+           "for h in pre-commit post-commit reference-transaction; do printf '#!/bin/sh\\ntouch " +
+           marker + " 2>/dev/null; exit 0\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done && "
+           "echo two >> f.txt && git -c user.name=g -c user.email=g@example.test commit -qam "
+           "guest-two 2>&1 && sync", &code);
+  ASSERT_EQ(code, 0) << planted;
+
+  // Issue 42: fork the RUNNING a (a live, crash-consistent checkpoint over QMP; a runs on), then
+  // a and the fork diverge, `rm -f a` (docker's: stops the VM, then deletes) leaves the fork
+  // booting, and nothing of a's identity is the fork's.
+  r = Cloister({"fork", "a", "fa", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json forks = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(forks.is_array() && forks.size() == 1u) << r.out;
+  EXPECT_EQ(forks[0].value("forked_from", ""), "a");
+  EXPECT_EQ(DeriveStatus(RunPathsFor(*store_, "a")).state, VmState::kRunning);
+  Exec("a", "echo after-fork > /home/dev/after.txt && sync", &code);
+  ASSERT_EQ(code, 0);
+  auto cf = store_->LoadConfig("fa");
+  ca = store_->LoadConfig("a");
+  ASSERT_TRUE(cf.ok() && ca.ok());
+  EXPECT_NE(cf->mac, ca->mac);
+  EXPECT_NE(cf->id, ca->id);
+  std::string adir = store_->Paths("a").dir, fdir = store_->Paths("fa").dir;
+  for (const char* f : {"/ssh/sshd_host_ed25519_key.pub", "/ssh/id_ed25519.pub", "/secrets.enc"}) {
+    EXPECT_NE(testing::Slurp(fdir + f), testing::Slurp(adir + f)) << f;
+  }
+  EXPECT_NE(Cloister({"rm", "a", "--yes"}).exit_code, 0);  // plain rm refuses a running VM...
+  r = Cloister({"rm", "-f", "a"});                          // ...rm -f stops it and deletes
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(adir));
+  Start("fa");
+  EXPECT_EQ(Exec("fa", "cat /home/dev/a.txt"), "only-a\n");
+  Exec("fa", "test -e /home/dev/after.txt", &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(Exec("fa", "hostname"), "fa\n");
+  // The fork's commit comes back as cloister/fa/main; diff shows it against the push; nothing the
+  // guest planted ran on the host.
+  r = Cloister({"diff", "fa"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("+two"), std::string::npos) << r.out;
+  r = Cloister({"git", "pull", "fa", "--host-repo", repo, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(host_git("log --format=%s -1 cloister/fa/main"), "guest-two\n");
+  EXPECT_EQ(host_git("branch --list 'cloister/*'"), "  cloister/fa/main\n");
+  // Guest root replaces git with one whose bundle carries a ref beyond the one asked: refused.
+  Exec("fa", "git -C /home/dev/proj branch evil", &code);
+  ASSERT_EQ(code, 0);
+  Exec("fa", "printf '#!/bin/sh\\nexec /usr/bin/git -C /home/dev/proj bundle create - "
+             "refs/heads/main refs/heads/evil\\n' > /usr/local/bin/git && chmod +x "
+             "/usr/local/bin/git", &code, "root");
+  ASSERT_EQ(code, 0);
+  r = Cloister({"git", "pull", "fa", "--host-repo", repo});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("refs/heads/evil"), std::string::npos) << r.err;
+  EXPECT_EQ(host_git("branch --list 'cloister/*' '*evil*'"), "  cloister/fa/main\n");
+  EXPECT_FALSE(fs::exists(marker)) << "host git ran what the guest planted";
+  Stop("fa");
 }
 
 // `cloister audit residue` through the CLI: refused (exit 2, naming start) while stopped; on a
