@@ -106,6 +106,12 @@ struct Server::Impl {
   std::optional<Route> Admit(const Request& req, Response& res);
   void RedeemToken(const std::string& offered, Response& res);
   bool Dispatch(const Request& req, Route& route, Response& res, std::string& name, uint64_t& offset);
+  void ServeAsset(const Route& route, Response& res);
+  void ServeTraffic(Route& route, Response& res);
+  void ServeConfirm(Route& route, Response& res);
+  void RunAction(const Request& req, const Route& route, Response& res);
+  void ServeAudit(const Request& req, const Route& route, Response& res);
+  void AnswerConsent(const Request& req, const Route& route, Response& res);
   Result<nlohmann::json> AllLeaks();
   void Live(tcp::socket& sock, const std::string& name, uint64_t offset);
   bool Stopping() {
@@ -280,26 +286,16 @@ Result<nlohmann::json> Server::Impl::AllLeaks() {
   return rows;
 }
 
-// Step 5: the admitted request's route.
+// Step 5: the admitted request's route, one handler each.
 bool Server::Impl::Dispatch(const Request& req, Route& route, Response& res,
                             std::string& live_name, uint64_t& live_offset) {
-  const bool is_post = req.method() == http::verb::post;
   switch (route.kind) {
     case RouteKind::kNotFound:
-      Text(res, http::status::not_found, "not found");
-      return false;
+      break;
     case RouteKind::kIndex:
-    case RouteKind::kAsset: {
-      auto asset = FindAsset(route.kind == RouteKind::kIndex ? "index.html" : route.asset);
-      if (!asset) {
-        Text(res, http::status::not_found, "not found");
-        return false;
-      }
-      res.result(http::status::ok);
-      res.set(http::field::content_type, std::string(asset->content_type));
-      res.body() = std::string(asset->data);
+    case RouteKind::kAsset:
+      ServeAsset(route, res);
       return false;
-    }
     case RouteKind::kSession:
       Json(res, http::status::ok, {{"csrf", csrf}});
       return false;
@@ -315,29 +311,9 @@ bool Server::Impl::Dispatch(const Request& req, Route& route, Response& res,
       Json(res, http::status::ok, *d);
       return false;
     }
-    case RouteKind::kTraffic: {
-      auto filter = ParseTrafficFilter(route.query);
-      if (!filter.ok()) return Fail(res, filter.error()), false;
-      auto path = backend.TracePath(route.name);
-      if (!path.ok()) return Fail(res, path.error()), false;
-      // The whole file in windows (the view keeps the last `limit` that match).
-      std::vector<proxy::TraceRecord> kept;
-      uint64_t offset = 0;
-      for (;;) {
-        auto chunk = ReadTraceFrom(*path, offset);
-        if (!chunk.ok()) return Fail(res, chunk.error()), false;
-        for (auto& r : chunk->records) {
-          if (filter->Matches(r)) kept.push_back(std::move(r));
-        }
-        if (kept.size() > filter->limit) kept.erase(kept.begin(), kept.end() - filter->limit);
-        if (chunk->next_offset == offset) break;
-        offset = chunk->next_offset;
-      }
-      nlohmann::json arr = nlohmann::json::array();
-      for (const auto& r : kept) arr.push_back(RecordJson(r));
-      Json(res, http::status::ok, {{"records", arr}, {"offset", offset}});
+    case RouteKind::kTraffic:
+      ServeTraffic(route, res);
       return false;
-    }
     case RouteKind::kTrafficLive: {
       auto path = backend.TracePath(route.name);
       if (!path.ok()) return Fail(res, path.error()), false;
@@ -348,68 +324,21 @@ bool Server::Impl::Dispatch(const Request& req, Route& route, Response& res,
       live_name = route.name;
       return true;
     }
-    case RouteKind::kConfirm: {
-      std::string cp = route.query.count("checkpoint") ? route.query["checkpoint"] : "";
-      if (!cp.empty() && !ValidCheckpointId(cp)) {
-        return Fail(res, Error(ErrorCode::kInvalidArgument, "invalid checkpoint id")), false;
-      }
-      auto text = backend.ConfirmText(route.name, route.action, cp);
-      if (!text.ok()) return Fail(res, text.error()), false;
-      Json(res, http::status::ok,
-           {{"action", ActionName(route.action)}, {"destructive", IsDestructive(route.action)},
-            {"text", *text}});
+    case RouteKind::kConfirm:
+      ServeConfirm(route, res);
       return false;
-    }
-    case RouteKind::kAction: {
-      auto body = ParseActionBody(req.body());
-      if (!body.ok()) return Fail(res, body.error()), false;
-      if (IsDestructive(route.action) && !body->confirm) {
-        Refuse(res, http::status::precondition_required,
-               std::string(ActionName(route.action)) +
-                   " drops data: confirm first (the page shows what goes)");
-        return false;
-      }
-      if (route.action == Action::kCheckpointRestore && body->checkpoint.empty()) {
-        return Fail(res, Error(ErrorCode::kInvalidArgument, "restore needs a checkpoint id")),
-               false;
-      }
-      auto msg = backend.Run(route.name, route.action, body->checkpoint);
-      if (!msg.ok()) return Fail(res, msg.error()), false;
-      Json(res, http::status::ok, {{"ok", true}, {"message", *msg}});
+    case RouteKind::kAction:
+      RunAction(req, route, res);
       return false;
-    }
-    case RouteKind::kAudit: {
-      if (!is_post) {
-        std::lock_guard<std::mutex> l(audit_mu);
-        auto it = audits.find(route.name);
-        Json(res, http::status::ok, it == audits.end() ? nlohmann::json(nullptr) : it->second);
-        return false;
-      }
-      auto report = backend.RunAudit(route.name);
-      if (!report.ok()) return Fail(res, report.error()), false;
-      {
-        std::lock_guard<std::mutex> l(audit_mu);
-        audits[route.name] = *report;
-      }
-      Json(res, http::status::ok, *report);
+    case RouteKind::kAudit:
+      ServeAudit(req, route, res);
       return false;
-    }
     case RouteKind::kConsent:
       Json(res, http::status::ok, desk->Pending());
       return false;
-    case RouteKind::kConsentAnswer: {
-      auto body = ParseActionBody(req.body());
-      if (!body.ok()) return Fail(res, body.error()), false;
-      if (body->grant.empty()) {
-        return Fail(res, Error(ErrorCode::kInvalidArgument, "answer needs a grant")), false;
-      }
-      Status s = desk->Answer(route.name, route.consent_id, body->grant);
-      if (!s.ok()) return Fail(res, s.error()), false;
-      Json(res, http::status::ok, {{"ok", true}, {"message", route.name + ": " + body->grant +
-                                                                 " given to question " +
-                                                                 std::to_string(route.consent_id)}});
+    case RouteKind::kConsentAnswer:
+      AnswerConsent(req, route, res);
       return false;
-    }
     case RouteKind::kLeaks: {
       auto rows = AllLeaks();
       if (!rows.ok()) return Fail(res, rows.error()), false;
@@ -419,6 +348,96 @@ bool Server::Impl::Dispatch(const Request& req, Route& route, Response& res,
   }
   Text(res, http::status::not_found, "not found");
   return false;
+}
+
+// The page and its assets (built in, ui/assets.h).
+void Server::Impl::ServeAsset(const Route& route, Response& res) {
+  auto asset = FindAsset(route.kind == RouteKind::kIndex ? "index.html" : route.asset);
+  if (!asset) return Text(res, http::status::not_found, "not found");
+  res.result(http::status::ok);
+  res.set(http::field::content_type, std::string(asset->content_type));
+  res.body() = std::string(asset->data);
+}
+
+// A workspace's trace: the whole file in windows (the view keeps the last `limit` that match).
+void Server::Impl::ServeTraffic(Route& route, Response& res) {
+  auto filter = ParseTrafficFilter(route.query);
+  if (!filter.ok()) return Fail(res, filter.error());
+  auto path = backend.TracePath(route.name);
+  if (!path.ok()) return Fail(res, path.error());
+  std::vector<proxy::TraceRecord> kept;
+  uint64_t offset = 0;
+  for (;;) {
+    auto chunk = ReadTraceFrom(*path, offset);
+    if (!chunk.ok()) return Fail(res, chunk.error());
+    for (auto& r : chunk->records) {
+      if (filter->Matches(r)) kept.push_back(std::move(r));
+    }
+    if (kept.size() > filter->limit) kept.erase(kept.begin(), kept.end() - filter->limit);
+    if (chunk->next_offset == offset) break;
+    offset = chunk->next_offset;
+  }
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : kept) arr.push_back(RecordJson(r));
+  Json(res, http::status::ok, {{"records", arr}, {"offset", offset}});
+}
+
+// What an action would do, said before it runs (the confirmation's text).
+void Server::Impl::ServeConfirm(Route& route, Response& res) {
+  std::string cp = route.query.count("checkpoint") ? route.query["checkpoint"] : "";
+  if (!cp.empty() && !ValidCheckpointId(cp)) {
+    return Fail(res, Error(ErrorCode::kInvalidArgument, "invalid checkpoint id"));
+  }
+  auto text = backend.ConfirmText(route.name, route.action, cp);
+  if (!text.ok()) return Fail(res, text.error());
+  Json(res, http::status::ok,
+       {{"action", ActionName(route.action)}, {"destructive", IsDestructive(route.action)},
+        {"text", *text}});
+}
+
+// A lifecycle action; a destructive one only when the body confirms it.
+void Server::Impl::RunAction(const Request& req, const Route& route, Response& res) {
+  auto body = ParseActionBody(req.body());
+  if (!body.ok()) return Fail(res, body.error());
+  if (IsDestructive(route.action) && !body->confirm) {
+    return Refuse(res, http::status::precondition_required,
+                  std::string(ActionName(route.action)) +
+                      " drops data: confirm first (the page shows what goes)");
+  }
+  if (route.action == Action::kCheckpointRestore && body->checkpoint.empty()) {
+    return Fail(res, Error(ErrorCode::kInvalidArgument, "restore needs a checkpoint id"));
+  }
+  auto msg = backend.Run(route.name, route.action, body->checkpoint);
+  if (!msg.ok()) return Fail(res, msg.error());
+  Json(res, http::status::ok, {{"ok", true}, {"message", *msg}});
+}
+
+// GET: the last audit report of the workspace (null before one); POST: a new audit.
+void Server::Impl::ServeAudit(const Request& req, const Route& route, Response& res) {
+  if (req.method() != http::verb::post) {
+    std::lock_guard<std::mutex> l(audit_mu);
+    auto it = audits.find(route.name);
+    return Json(res, http::status::ok, it == audits.end() ? nlohmann::json(nullptr) : it->second);
+  }
+  auto report = backend.RunAudit(route.name);
+  if (!report.ok()) return Fail(res, report.error());
+  {
+    std::lock_guard<std::mutex> l(audit_mu);
+    audits[route.name] = *report;
+  }
+  Json(res, http::status::ok, *report);
+}
+
+// The user's answer to a consent question of a running workspace.
+void Server::Impl::AnswerConsent(const Request& req, const Route& route, Response& res) {
+  auto body = ParseActionBody(req.body());
+  if (!body.ok()) return Fail(res, body.error());
+  if (body->grant.empty()) return Fail(res, Error(ErrorCode::kInvalidArgument, "answer needs a grant"));
+  Status s = desk->Answer(route.name, route.consent_id, body->grant);
+  if (!s.ok()) return Fail(res, s.error());
+  Json(res, http::status::ok, {{"ok", true}, {"message", route.name + ": " + body->grant +
+                                                             " given to question " +
+                                                             std::to_string(route.consent_id)}});
 }
 
 void Server::Impl::Live(tcp::socket& sock, const std::string& name, uint64_t offset) {
